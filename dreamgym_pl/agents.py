@@ -1,0 +1,137 @@
+"""Scripted agents for offline data and reference evaluations: oracle, random and noisy oracle.
+
+Agents are batched like the envs: `begin(tasks)` opens one slot per task and `act(obs)` returns one
+action per slot (None for a slot whose episode has ended). The oracle reads the goal (for WebShop: the
+target product and its options); the random agent picks uniformly among admissible actions.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Sequence
+
+from dreamgym_pl.core import Observation, Task
+
+_QUERY_DROP = {"i", "need", "am", "looking", "for", "find", "me", "want", "a", "an", "the", "and", "with", "price",
+               "lower", "than", "dollars"}
+
+
+def goal_query(task: Task) -> str:
+    """The oracle's search: the goal's product type and attributes (words present in the instruction)."""
+    g = task.goal
+    if "query" in g and "attributes" in g:
+        return " ".join(list(g["attributes"]) + [g["query"]])
+    words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
+    return " ".join(words[:8])
+
+
+def _click_target(a: str) -> str:
+    return a[len("click["):-1] if a.startswith("click[") else a
+
+
+class ScriptedAgent:
+    name = "scripted"
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+
+    def act(self, observations: Sequence[Observation | None]) -> list[str | None]:
+        return [None if o is None else self.act_one(i, o) for i, o in enumerate(observations)]
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        raise NotImplementedError
+
+
+class RandomAgent(ScriptedAgent):
+    """Uniform over admissible actions; searches with 2-4 random instruction words."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        clicks = [a for a in obs.admissible if a.startswith("click[")]
+        can_search = any(a.startswith("search[") for a in obs.admissible)
+        if can_search and (not clicks or self.rng.random() < 0.5):
+            words = re.findall(r"[a-z]+", self.tasks[slot].instruction.lower()) or ["item"]
+            return "search[" + " ".join(self.rng.sample(words, min(len(words), self.rng.randint(2, 4)))) + "]"
+        if not clicks:
+            return "click[back to search]"
+        return self.rng.choice(clicks)
+
+
+class WebShopOracle(ScriptedAgent):
+    """Searches with the goal words, pages until the target product shows, picks the goal options, buys."""
+
+    name = "oracle"
+
+    def __init__(self, max_pages: int = 5):
+        self.max_pages = max_pages
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.pages = [0] * len(self.tasks)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        task = self.tasks[slot]
+        g = task.goal
+        adm = obs.admissible
+        targets = [_click_target(a) for a in adm]
+        if any(a.startswith("search[") for a in adm):
+            return f"search[{goal_query(task)}]"
+        asin = g.get("asin")
+        if asin in targets:
+            return f"click[{asin}]"
+        if "buy now" in targets:
+            selected = set(re.findall(r"\(([^()]*)\):", obs.text))
+            wanted = g.get("goal_options", {})
+            wanted_vals = list(wanted.values()) if isinstance(wanted, dict) else list(wanted)
+            for v in wanted_vals:
+                if v in targets and v not in selected:
+                    return f"click[{v}]"
+            return "click[buy now]"
+        if "description" in targets or targets == ["back to search", "< prev"]:
+            return "click[< prev]"
+        if "next >" in targets and self.pages[slot] < self.max_pages - 1:
+            self.pages[slot] += 1
+            return "click[next >]"
+        products = [t for t in targets if t not in ("back to search", "next >", "< prev")]
+        if products:
+            return f"click[{products[0]}]"
+        return "click[back to search]"
+
+
+class NoisyOracle(ScriptedAgent):
+    """The oracle with probability 1 - eps, a random admissible action otherwise (mixed-quality data)."""
+
+    name = "noisy_oracle"
+
+    def __init__(self, eps: float = 0.3, seed: int = 0):
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError("agent eps must lie in [0, 1]")
+        self.eps = eps
+        self.rng = random.Random(seed)
+        self.oracle = WebShopOracle()
+        self.random = RandomAgent(seed + 1)
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.oracle.begin(tasks)
+        self.random.begin(tasks)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        if self.rng.random() < self.eps:
+            return self.random.act_one(slot, obs)
+        return self.oracle.act_one(slot, obs)
+
+
+def make_agent(name: str, seed: int = 0, eps: float = 0.3) -> ScriptedAgent:
+    if name == "oracle":
+        return WebShopOracle()
+    if name == "random":
+        return RandomAgent(seed)
+    if name == "noisy_oracle":
+        return NoisyOracle(eps, seed)
+    raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")

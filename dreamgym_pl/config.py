@@ -1,0 +1,80 @@
+"""Config checks that run before any work: a wrong config fails at once and names the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+KNOWN_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "s2r", "eval")
+IMPLEMENTED_STAGES = ("collect", "sft", "dpo", "rl", "eval")
+SCRIPTED_AGENTS = ("oracle", "random", "noisy_oracle")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message starts with the key."""
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
+
+
+def _require(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> None:
+    v = _get(cfg, key)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 0 if allow_zero else v > 0)
+    _require(ok, key, f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+
+
+def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
+    from dreamgym_pl.envs.base import known_envs
+
+    stages = list(_get(cfg, "stages") or [])
+    _require(len(stages) > 0, "stages", "no stage to run")
+    for s in stages:
+        _require(s in KNOWN_STAGES, "stages", f"unknown stage {s!r}; known: {list(KNOWN_STAGES)}")
+        _require(s in IMPLEMENTED_STAGES, "stages",
+                 f"stage {s!r} is not implemented yet in this version (implemented: {list(IMPLEMENTED_STAGES)})")
+    env_name = _get(cfg, "env.name")
+    _require(env_name in known_envs(), "env.name", f"unknown environment {env_name!r}; known: {known_envs()}")
+    for key in ("env.max_steps", "env.num_products", "env.goals_per_product", "env.num_test", "env.results_per_page",
+                "env.max_results"):
+        if _get(cfg, key) is not None:
+            _positive(cfg, key)
+    for key in ("env.products_file", "env.attributes_file"):
+        p = _get(cfg, key)
+        if p:
+            _require(Path(p).exists(), key, f"file {p!r} not found")
+    agents = _get(cfg, "collect.agents") or {}
+    for name, n in agents.items():
+        _require(name in SCRIPTED_AGENTS, f"collect.agents.{name}", f"unknown scripted agent; known: {list(SCRIPTED_AGENTS)}")
+        _require(isinstance(n, int) and n >= 0, f"collect.agents.{name}", f"episode count must be an integer >= 0, got {n!r}")
+    eps = _get(cfg, "collect.noisy_eps")
+    _require(isinstance(eps, (int, float)) and 0 <= eps <= 1, "collect.noisy_eps", f"must lie in [0, 1], got {eps!r}")
+    for key in ("collect.batch_size", "eval.num_goals", "eval.batch_size", "sft.batch_size", "sft.epochs", "sft.lr",
+                "rl.tasks_per_iter", "dpo.batch_size", "dpo.lr", "algo.group_size", "algo.mini_batch_size",
+                "algo.ppo_epochs", "algo.max_new_tokens", "algo.lr"):
+        if _get(cfg, key) is not None:
+            _positive(cfg, key)
+    for key in ("rl.real_budget", "sft.num_trajectories", "prompt.history", "algo.kl_coef", "algo.entropy_coef"):
+        if _get(cfg, key) is not None:
+            _positive(cfg, key, allow_zero=True)
+    agent = _get(cfg, "eval.agent")
+    _require(agent in ("policy",) + SCRIPTED_AGENTS, "eval.agent", f"must be policy or one of {list(SCRIPTED_AGENTS)}, got {agent!r}")
+    _require(_get(cfg, "eval.split") in ("train", "test"), "eval.split", "must be train or test")
+    _require(_get(cfg, "algo.name") in ("grpo", "ppo"), "algo.name", f"must be grpo or ppo, got {_get(cfg, 'algo.name')!r}")
+    _require(_get(cfg, "algo.reward") in ("score", "success"), "algo.reward", "must be score or success")
+    src = _get(cfg, "sft.source")
+    _require(src in SCRIPTED_AGENTS + ("all",), "sft.source", f"must be one of {list(SCRIPTED_AGENTS) + ['all']}")
+    off = _get(cfg, "offline_file")
+    if off:
+        _require(Path(off).exists(), "offline_file", f"file {off!r} not found")
+    has_offline = bool(off) or (run_dir is not None and (Path(run_dir) / "offline" / "transitions.jsonl").exists())
+    if any(s in stages for s in ("sft", "dpo")) and "collect" not in stages:
+        _require(has_offline, "stages",
+                 "sft/dpo need offline data: add the collect stage, or set offline_file to a transitions.jsonl")

@@ -1,0 +1,198 @@
+"""Data for policy training: offline SFT/DPO datasets and the on-the-fly rollout stream for GRPO/PPO.
+
+`RolloutStream` is an IterableDataset: on every iteration it collects fresh rollouts with the current
+policy (the engine shares the trainer's module), computes advantages, recomputes old log-probs (and
+reference log-probs / values) with the trainer's model, and yields mini-batches. It stops when its
+transition budget is spent, which ends the Lightning epoch and the stage.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from dreamgym_pl.core import Task, Trajectory
+from dreamgym_pl.envs.base import VecEnv
+from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.module import AlgoConfig, PolicyModule
+from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
+from dreamgym_pl.rollout.actor import PolicyActor
+from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+from dreamgym_pl.rollout.engine import HFEngine, SamplingParams
+from dreamgym_pl.rollout.prompts import PromptConfig
+
+
+# ----- offline: SFT and DPO ------------------------------------------------------------------------
+def sft_loader(trajs: Sequence[Trajectory], tokenizer: Any, prompt_cfg: PromptConfig, batch_size: int,
+               seed: int = 0, max_prompt_tokens: int = 1024) -> DataLoader:
+    samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, tokenizer, prompt_cfg, max_prompt_tokens, i)]
+    if not samples:
+        raise ValueError("sft: no training samples (no successful offline trajectories of the chosen source)")
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(samples, batch_size=batch_size, shuffle=True, generator=g,
+                      collate_fn=lambda b: collate(b, tokenizer.pad_token_id))
+
+
+def dpo_pairs(trajs: Sequence[Trajectory], max_pairs: int, seed: int = 0) -> list[tuple[Trajectory, Trajectory]]:
+    """(successful, failed) trajectory pairs of the same goal."""
+    by_task: dict[str, dict[str, list[Trajectory]]] = defaultdict(lambda: {"ok": [], "bad": []})
+    for t in trajs:
+        by_task[t.task.task_id]["ok" if t.success else "bad"].append(t)
+    pairs = [(c, r) for d in by_task.values() for c in d["ok"] for r in d["bad"]]
+    random.Random(seed).shuffle(pairs)
+    return pairs[:max_pairs]
+
+
+def dpo_loader(pairs: Sequence[tuple[Trajectory, Trajectory]], module: PolicyModule, prompt_cfg: PromptConfig,
+               pairs_per_batch: int, seed: int = 0, max_prompt_tokens: int = 1024) -> DataLoader:
+    """Batches of whole pairs: every step of both trajectories, tagged with pair index and side, with the
+    reference policy's summed response log-prob per step precomputed."""
+    tok = module.tokenizer
+    batches = []
+    order = list(range(len(pairs)))
+    random.Random(seed).shuffle(order)
+    for start in range(0, len(order), pairs_per_batch):
+        samples: list[StepSample] = []
+        for j, pi in enumerate(order[start:start + pairs_per_batch]):
+            for side, traj in ((1, pairs[pi][0]), (0, pairs[pi][1])):
+                for s in trajectory_samples(traj, tok, prompt_cfg, max_prompt_tokens):
+                    s.scalars = {"pair": j, "side": side}
+                    samples.append(s)
+        b = collate(samples, tok.pad_token_id)
+        ref = module.logprobs(b, reference=True)
+        b["ref_seq_logp"] = (ref * b["loss_mask"]).sum(-1)
+        b["pair"] = b["pair"].long()
+        b["side"] = b["side"].long()
+        batches.append(b)
+    return DataLoader(batches, batch_size=None, shuffle=False)
+
+
+# ----- online: rollouts -----------------------------------------------------------------------------
+def trajectory_return(traj: Trajectory, algo: AlgoConfig) -> float:
+    r = traj.final_reward if algo.reward == "score" else float(traj.success)
+    n_invalid = sum(1 for s in traj.transitions if s.info.get("invalid"))
+    return r - algo.invalid_penalty * n_invalid
+
+
+def step_rewards(traj: Trajectory, algo: AlgoConfig) -> list[float]:
+    """Per-step rewards for PPO: the outcome at the last step, the invalid-action penalty where it occurred."""
+    rs = [-algo.invalid_penalty if s.info.get("invalid") else 0.0 for s in traj.transitions]
+    if rs:
+        rs[-1] += traj.final_reward if algo.reward == "score" else float(traj.success)
+    return rs
+
+
+def evaluate_policy(model: Any, tokenizer: Any, env: VecEnv, tasks: Sequence[Task], prompt_cfg: PromptConfig,
+                    max_new_tokens: int = 16, batch_size: int = 64, progress: bool | str = False) -> dict[str, float]:
+    """Greedy policy on `tasks` (one episode each): success rate, mean score, invalid-action rate."""
+    engine = HFEngine(model, tokenizer, micro_batch=batch_size)
+    actor = PolicyActor(engine, prompt_cfg, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=["]"]))
+    trajs = run_episodes(env, tasks, actor, batch_size=batch_size, source="eval", progress=progress)
+    return episode_stats(trajs)
+
+
+class RolloutStream(IterableDataset):
+    def __init__(self, module: PolicyModule, env: VecEnv, tasks: Sequence[Task], algo: AlgoConfig,
+                 prompt_cfg: PromptConfig, budget: int, tasks_per_iter: int, max_iters: int = 10**9,
+                 gen_batch: int = 64, seed: int = 0, source: str = "real",
+                 on_iteration: Callable[[int, list[Trajectory], dict[str, float]], None] | None = None,
+                 task_sampler: Callable[[int, list[Trajectory] | None], list[Task]] | None = None,
+                 max_prompt_tokens: int = 1024):
+        self.module, self.env, self.tasks, self.algo = module, env, list(tasks), algo
+        self.prompt_cfg, self.budget, self.tasks_per_iter = prompt_cfg, budget, tasks_per_iter
+        self.max_iters, self.gen_batch, self.seed, self.source = max_iters, gen_batch, seed, source
+        self.on_iteration = on_iteration
+        self.task_sampler = task_sampler
+        self.max_prompt_tokens = max_prompt_tokens
+        self.consumed = 0
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+
+    def _default_tasks(self, it: int) -> list[Task]:
+        rng = random.Random(self.seed * 100003 + it)
+        return rng.sample(self.tasks, min(self.tasks_per_iter, len(self.tasks)))
+
+    def _build_samples(self, trajs: list[Trajectory]) -> list[StepSample]:
+        tok, algo = self.module.tokenizer, self.algo
+        per_traj = [trajectory_samples(t, tok, self.prompt_cfg, self.max_prompt_tokens, i) for i, t in enumerate(trajs)]
+        if algo.name == "grpo":
+            rets = [trajectory_return(t, algo) for t in trajs]
+            adv = losses.group_advantages(rets, [t.task.task_id for t in trajs], algo.adv_eps, algo.normalize_std)
+            for i, ss in enumerate(per_traj):
+                for s in ss:
+                    s.scalars = {"adv": adv[i]}
+            return [s for ss in per_traj for s in ss]
+        # PPO: values of every step, GAE per trajectory, whitened advantages
+        flat = [s for ss in per_traj for s in ss]
+        vals: list[float] = []
+        for i in range(0, len(flat), algo.mini_batch_size):
+            b = collate(flat[i:i + algo.mini_batch_size], tok.pad_token_id)
+            vals.extend(self.module.values(b).tolist())
+        k = 0
+        advs: list[float] = []
+        rets_all: list[float] = []
+        for t, ss in zip(trajs, per_traj):
+            v = vals[k:k + len(ss)]
+            a, r = losses.gae(step_rewards(t, algo), v, algo.gamma, algo.lam)
+            advs += a
+            rets_all += r
+            k += len(ss)
+        at = torch.tensor(advs)
+        at = (at - at.mean()) / (at.std() + 1e-8) if len(advs) > 1 else at
+        for s, a, r, v in zip(flat, at.tolist(), rets_all, vals):
+            s.scalars = {"adv": a, "returns": r, "old_values": v}
+        return flat
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        module, algo = self.module, self.algo
+        engine = HFEngine(module.model, module.tokenizer, micro_batch=self.gen_batch)
+        params = SamplingParams(temperature=algo.temperature, top_p=algo.top_p, max_new_tokens=algo.max_new_tokens, stop=["]"])
+        actor = PolicyActor(engine, self.prompt_cfg, params)
+        rng = random.Random(self.seed)
+        last: list[Trajectory] | None = None
+        while self.consumed < self.budget and self.iteration < self.max_iters:
+            tasks = self.task_sampler(self.iteration, last) if self.task_sampler else self._default_tasks(self.iteration)
+            rollout_tasks = [t for t in tasks for _ in range(algo.group_size)]
+            engine.load_weights(module.model)
+            t0 = time.perf_counter()
+            tok0 = engine.generated_tokens
+            trajs = run_episodes(self.env, rollout_tasks, actor, batch_size=self.gen_batch, source=self.source)
+            gen_s = time.perf_counter() - t0
+            last = trajs
+            stats = episode_stats(trajs)
+            self.consumed += int(stats["transitions"])
+            samples = self._build_samples(trajs)
+            rng.shuffle(samples)
+            batches = []
+            for i in range(0, len(samples), algo.mini_batch_size):
+                b = collate(samples[i:i + algo.mini_batch_size], module.tokenizer.pad_token_id)
+                b["old_logp"] = module.logprobs(b)
+                if algo.kl_coef > 0:
+                    b["ref_logp"] = module.logprobs(b, reference=True)
+                batches.append(b)
+            rets = [trajectory_return(t, algo) for t in trajs]
+            logs = {
+                "rollout/success_rate": stats["success_rate"],
+                "rollout/mean_score": stats["mean_score"],
+                "rollout/mean_return": sum(rets) / max(1, len(rets)),
+                "rollout/invalid_action_rate": stats["invalid_action_rate"],
+                "rollout/mean_steps": stats["mean_steps"],
+                f"budget/{self.source}_transitions": float(self.consumed),
+                "perf/gen_tokens_per_s": (engine.generated_tokens - tok0) / max(gen_s, 1e-9),
+                "rollout/iteration": float(self.iteration),
+            }
+            module.pending_logs = dict(logs)
+            self.history.append(dict(logs))
+            if self.on_iteration:
+                self.on_iteration(self.iteration, trajs, logs)
+            self.iteration += 1
+            for _ in range(algo.ppo_epochs):
+                order = list(range(len(batches)))
+                rng.shuffle(order)
+                for j in order:
+                    yield batches[j]

@@ -1,0 +1,89 @@
+"""The batched environment protocol shared by real and synthetic environments.
+
+A VecEnv holds one slot per episode of a batch. `reset(tasks)` opens one slot per task; `step(actions)`
+takes one action per slot (None for a slot whose episode already ended) and returns one StepResult per
+slot (None where the action was None). Real and synthetic environments are interchangeable to the
+collector: that is the point of the design.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from dreamgym_pl.core import Observation, StepResult, Task
+
+
+@runtime_checkable
+class VecEnv(Protocol):
+    max_steps: int
+
+    def tasks(self, split: str) -> list[Task]: ...
+
+    def reset(self, tasks: Sequence[Task]) -> list[Observation]: ...
+
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]: ...
+
+
+class SingleEnv(Protocol):
+    def reset(self, task: Task) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+
+class SerialVecEnv:
+    """Batches single-episode environments made by `make_env()`; they are created lazily and reused."""
+
+    def __init__(self, make_env: Callable[[], SingleEnv], task_source: Callable[[str], list[Task]], max_steps: int):
+        self._make_env = make_env
+        self._task_source = task_source
+        self.max_steps = max_steps
+        self._envs: list[SingleEnv] = []
+        self._done: list[bool] = []
+
+    def tasks(self, split: str) -> list[Task]:
+        return self._task_source(split)
+
+    def reset(self, tasks: Sequence[Task]) -> list[Observation]:
+        while len(self._envs) < len(tasks):
+            self._envs.append(self._make_env())
+        self._done = [False] * len(tasks)
+        return [env.reset(t) for env, t in zip(self._envs, tasks)]
+
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        if len(actions) != len(self._done):
+            raise ValueError(f"step got {len(actions)} actions for {len(self._done)} slots")
+        out: list[StepResult | None] = []
+        for i, a in enumerate(actions):
+            if a is None or self._done[i]:
+                out.append(None)
+                continue
+            r = self._envs[i].step(a)
+            self._done[i] = r.done
+            out.append(r)
+        return out
+
+
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+
+
+def register(name: str):
+    def deco(fn):
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def make_vec_env(name: str, **kwargs: Any) -> VecEnv:
+    # import built-in environments so that they register themselves
+    from dreamgym_pl.envs import webshop  # noqa: F401
+
+    if name not in _REGISTRY:
+        raise KeyError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**kwargs)
+
+
+def known_envs() -> list[str]:
+    from dreamgym_pl.envs import webshop  # noqa: F401
+
+    return sorted(_REGISTRY)

@@ -1,0 +1,310 @@
+"""The pipeline: runs the configured stages in order, with artifacts and resume in the run directory.
+
+Run directory contract (scripts, sweeps and people read these):
+  stages.json    completed stages and the current policy checkpoint (resume)
+  metrics.json   flat {"key": number}, rewritten atomically after every stage
+  offline/       transitions.jsonl from `collect`
+  checkpoints/   <stage>/ HF-format policy weights + tokenizer
+  tb/            TensorBoard logs, one sub-directory per stage
+  plots/         PNG curves
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dreamgym_pl import config as config_checks
+from dreamgym_pl.agents import make_agent
+from dreamgym_pl.core import Trajectory, group_trajectories, read_jsonl, Transition, write_jsonl
+from dreamgym_pl.envs.base import make_vec_env
+from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+from dreamgym_pl.rollout.prompts import PromptConfig
+
+log = logging.getLogger("dreamgym_pl")
+
+POLICY_STAGES = ("sft", "dpo", "rl", "synthetic_rl", "s2r")
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Run:
+    """State of one run directory: config, env, metrics, completed stages, current policy."""
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path):
+        self.cfg = cfg
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics: dict[str, float] = {}
+        self.state: dict[str, Any] = {"completed": [], "policy": None}
+        if cfg.resume:
+            if (self.dir / "stages.json").exists():
+                self.state = json.loads((self.dir / "stages.json").read_text())
+            if (self.dir / "metrics.json").exists():
+                self.metrics = json.loads((self.dir / "metrics.json").read_text())
+        env_kwargs = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items() if k != "name"}
+        self.env = make_vec_env(cfg.env.name, **env_kwargs)
+        self.prompt_cfg = PromptConfig(**OmegaConf.to_container(cfg.prompt, resolve=True))
+        self._model_cache: tuple[str, Any, Any] | None = None
+
+    # ----- bookkeeping ---------------------------------------------------------------------------
+    @property
+    def offline_path(self) -> Path:
+        return Path(self.cfg.offline_file) if self.cfg.get("offline_file") else self.dir / "offline" / "transitions.jsonl"
+
+    def record(self, values: dict[str, float]) -> None:
+        self.metrics.update({k: float(v) for k, v in values.items()})
+        atomic_write_json(self.dir / "metrics.json", self.metrics)
+
+    def add_budget(self, key: str, n: float) -> None:
+        self.record({f"budget/{key}": self.metrics.get(f"budget/{key}", 0.0) + float(n)})
+
+    def complete(self, stage: str, policy: str | None = None) -> None:
+        if stage not in self.state["completed"]:
+            self.state["completed"].append(stage)
+        if policy is not None:
+            self.state["policy"] = policy
+        atomic_write_json(self.dir / "stages.json", self.state)
+
+    def offline_trajectories(self) -> list[Trajectory]:
+        return group_trajectories(read_jsonl(self.offline_path, Transition))
+
+    # ----- models --------------------------------------------------------------------------------
+    def tokenizer_corpus(self) -> list[str]:
+        """Text for the tiny tokenizer: instructions of all goals, product texts, and pages/actions seen by
+        the scripted agents on train goals (offline data when present)."""
+        texts: list[str] = [t.instruction for split in ("train", "test") for t in self.env.tasks(split)]
+        engine = getattr(self.env, "engine", None)
+        if engine is not None and hasattr(engine, "products"):
+            from dreamgym_pl.envs.webshop.search import product_text
+
+            texts += [product_text(p) for p in engine.products]
+        if self.offline_path.exists():
+            trajs = self.offline_trajectories()
+        else:
+            tasks = self.env.tasks("train")[:200]
+            trajs = []
+            for name in ("oracle", "random"):
+                trajs += run_episodes(self.env, tasks, make_agent(name, self.cfg.seed), batch_size=64)
+        for t in trajs:
+            for s in t.transitions:
+                texts += [s.state.text, s.action, s.next_state.text]
+        texts += ["click[back to search]", "click[next >]", "click[< prev]", "click[buy now]", "search[x]",
+                  "<think> </think> <action> </action> task : did : seen : observation : admissible : action :"]
+        return texts
+
+    def load_policy(self, path: str | None = None) -> tuple[Any, Any]:
+        from dreamgym_pl.models import get_base_model, load_pretrained
+
+        path = path or self.state.get("policy")
+        if path:
+            model, tok = load_pretrained(self.dir / path, self.cfg.model.get("dtype", "float32"))
+            return model, tok
+        mcfg = OmegaConf.to_container(self.cfg.model, resolve=True)
+        corpus = self.tokenizer_corpus() if mcfg["name_or_path"] == "tiny" else None
+        return get_base_model(mcfg, self.dir, corpus, self.cfg.seed)
+
+    def save_policy(self, model: Any, tokenizer: Any, stage: str) -> str:
+        from dreamgym_pl.models import save_model
+
+        rel = f"checkpoints/{stage}"
+        target = model.merge_and_unload() if hasattr(model, "merge_and_unload") and self.cfg.model.get("merge_lora", False) else model
+        save_model(target, tokenizer, self.dir / rel)
+        return rel
+
+    def trainer(self, stage: str, **overrides: Any):
+        import lightning as L
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        tcfg = OmegaConf.to_container(self.cfg.trainer, resolve=True)
+        tcfg.pop("_name", None)
+        strategy = tcfg.pop("strategy", "auto")
+        if isinstance(strategy, dict):
+            from hydra.utils import instantiate
+
+            strategy = instantiate(strategy)
+        kwargs = dict(logger=TensorBoardLogger(str(self.dir / "tb"), name=stage, version=""),
+                      enable_checkpointing=False, log_every_n_steps=1, strategy=strategy,
+                      enable_model_summary=False, **tcfg)
+        kwargs.update(overrides)
+        return L.Trainer(**kwargs)
+
+    def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False) -> dict[str, float]:
+        from dreamgym_pl.data import evaluate_policy
+
+        tasks = self.env.tasks(self.cfg.eval.split)[: self.cfg.eval.num_goals]
+        return evaluate_policy(model, tokenizer, self.env, tasks, self.prompt_cfg, self.cfg.algo.max_new_tokens,
+                               self.cfg.eval.batch_size, progress=progress)
+
+
+# ----- stages ----------------------------------------------------------------------------------------
+def stage_collect(run: Run) -> None:
+    """Offline episodes of scripted agents on the train goals. Every agent starts at the same goal, so the
+    same goals are played by several agents (DPO pairs, contrast for the experience model)."""
+    cfg = run.cfg.collect
+    tasks = run.env.tasks("train")
+    all_trajs: list[Trajectory] = []
+    for i, (name, count) in enumerate(cfg.agents.items()):
+        if count <= 0:
+            continue
+        agent_tasks = [tasks[j % len(tasks)] for j in range(count)]
+        agent = make_agent(name, seed=run.cfg.seed + i, eps=cfg.noisy_eps)
+        trajs = run_episodes(run.env, agent_tasks, agent, batch_size=cfg.batch_size, source=name,
+                             progress=f"collect {name}")
+        for ep, t in enumerate(trajs):
+            for s in t.transitions:
+                s.info["episode"] = f"{name}-{ep}"
+        stats = episode_stats(trajs)
+        run.record({f"collect/{name}_success_rate": stats["success_rate"], f"collect/{name}_episodes": len(trajs)})
+        all_trajs += trajs
+    transitions = [s for t in all_trajs for s in t.transitions]
+    write_jsonl(run.offline_path, transitions)
+    run.record({"collect/real_transitions": len(transitions)})
+    run.add_budget("real_transitions", len(transitions))
+    run.complete("collect")
+
+
+def _sft_trajectories(run: Run) -> list[Trajectory]:
+    src = run.cfg.sft.source
+    trajs = [t for t in run.offline_trajectories() if t.success and (src == "all" or t.source == src)]
+    n = run.cfg.sft.num_trajectories
+    return trajs[:n] if n else trajs
+
+
+def stage_sft(run: Run) -> None:
+    from dreamgym_pl.data import sft_loader
+    from dreamgym_pl.policy.module import PolicyModule
+
+    model, tok = run.load_policy()
+    trajs = _sft_trajectories(run)
+    loader = sft_loader(trajs, tok, run.prompt_cfg, run.cfg.sft.batch_size, run.cfg.seed)
+    module = PolicyModule(model, tok, "sft", lr=run.cfg.sft.lr)
+    run.trainer("sft", max_epochs=run.cfg.sft.epochs).fit(module, loader)
+    _finish_policy_stage(run, "sft", module, {"sft/trajectories": len(trajs), "sft/samples": len(loader.dataset)})
+
+
+def stage_dpo(run: Run) -> None:
+    from dreamgym_pl.data import dpo_loader, dpo_pairs
+    from dreamgym_pl.policy.module import PolicyModule
+
+    model, tok = run.load_policy()
+    pairs = dpo_pairs(run.offline_trajectories(), run.cfg.dpo.max_pairs, run.cfg.seed)
+    if not pairs:
+        raise RuntimeError("dpo: no (successful, failed) pairs of the same goal in the offline data")
+    module = PolicyModule(model, tok, "dpo", lr=run.cfg.dpo.lr, dpo_beta=run.cfg.dpo.beta)
+    loader = dpo_loader(pairs, module, run.prompt_cfg, run.cfg.dpo.batch_size, run.cfg.seed)
+    run.trainer("dpo", max_epochs=run.cfg.dpo.epochs).fit(module, loader)
+    _finish_policy_stage(run, "dpo", module, {"dpo/pairs": len(pairs)})
+
+
+def algo_config(run: Run):
+    from dreamgym_pl.policy.module import AlgoConfig
+
+    return AlgoConfig(**OmegaConf.to_container(run.cfg.algo, resolve=True))
+
+
+def stage_rl(run: Run) -> None:
+    """GRPO/PPO against the real env from the current policy (the paper's real-env baselines)."""
+    from torch.utils.data import DataLoader
+
+    from dreamgym_pl.data import RolloutStream
+    from dreamgym_pl.policy.module import PolicyModule
+
+    algo = algo_config(run)
+    model, tok = run.load_policy()
+    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
+    stream = RolloutStream(module, run.env, run.env.tasks("train"), algo, run.prompt_cfg, run.cfg.rl.real_budget,
+                           run.cfg.rl.tasks_per_iter, run.cfg.rl.max_iters, seed=run.cfg.seed, source="real")
+    run.trainer("rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
+    _plot_history(run, "rl", stream.history)
+    _finish_policy_stage(run, "rl", module, {"rl/real_transitions": stream.consumed, "rl/iterations": stream.iteration})
+    run.add_budget("real_transitions", stream.consumed)
+
+
+def _finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, float]) -> None:
+    rel = run.save_policy(module.model, module.tokenizer, stage)
+    res = run.evaluate(module.model, module.tokenizer, progress=f"eval after {stage}")
+    run.record({**extra, f"{stage}/test_success_rate": res["success_rate"], f"{stage}/test_mean_score": res["mean_score"],
+                f"{stage}/test_invalid_action_rate": res["invalid_action_rate"]})
+    log.info("%s: test success %.3f, mean score %.3f", stage, res["success_rate"], res["mean_score"])
+    run.complete(stage, policy=rel)
+
+
+def _plot_history(run: Run, stage: str, history: list[dict[str, float]]) -> None:
+    if not history:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    x = [h.get("budget/real_transitions", h.get("budget/synthetic_transitions", i)) for i, h in enumerate(history)]
+    axes[0].plot(x, [h["rollout/success_rate"] for h in history], marker="o")
+    axes[0].set(xlabel="transitions consumed", ylabel="rollout success rate", title=f"{stage}: success")
+    axes[1].plot(x, [h["rollout/mean_score"] for h in history], marker="o", color="tab:orange")
+    axes[1].set(xlabel="transitions consumed", ylabel="rollout mean score", title=f"{stage}: score")
+    fig.tight_layout()
+    (run.dir / "plots").mkdir(exist_ok=True)
+    fig.savefig(run.dir / "plots" / f"{stage}_rollouts.png", dpi=100)
+    plt.close(fig)
+
+
+def stage_eval(run: Run) -> None:
+    cfg = run.cfg.eval
+    tasks = run.env.tasks(cfg.split)[: cfg.num_goals]
+    if cfg.agent == "policy":
+        model, tok = run.load_policy()
+        res = run.evaluate(model, tok, progress="eval")
+    else:
+        agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps)
+        res = episode_stats(run_episodes(run.env, tasks, agent, batch_size=cfg.batch_size, source=cfg.agent,
+                                         progress=f"eval {cfg.agent}"))
+    run.record({"eval/success_rate": res["success_rate"], "eval/mean_score": res["mean_score"],
+                "eval/invalid_action_rate": res["invalid_action_rate"], "eval/num_goals": len(tasks)})
+    log.info("eval (%s, %d %s goals): success %.3f, mean score %.3f", cfg.agent, len(tasks), cfg.split,
+             res["success_rate"], res["mean_score"])
+    run.complete("eval")
+
+
+STAGES: dict[str, Callable[[Run], None]] = {
+    "collect": stage_collect,
+    "sft": stage_sft,
+    "dpo": stage_dpo,
+    "rl": stage_rl,
+    "eval": stage_eval,
+}
+
+
+def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
+    """Validate the config, then run each requested stage not already completed (with resume=true)."""
+    config_checks.validate(cfg, run_dir)
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    run = Run(cfg, run_dir)
+    for stage in cfg.stages:
+        if cfg.resume and stage in run.state["completed"]:
+            log.info("stage %s: already completed, skipped (resume)", stage)
+            continue
+        log.info("stage %s: start", stage)
+        t0 = time.perf_counter()
+        STAGES[stage](run)
+        run.record({f"{stage}/seconds": time.perf_counter() - t0})
+        log.info("stage %s: done in %.1f s", stage, time.perf_counter() - t0)
+    return run.metrics

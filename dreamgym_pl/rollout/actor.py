@@ -1,0 +1,37 @@
+"""The LLM policy as an actor for the collector: prompts from histories, one batched generate a turn."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from dreamgym_pl.core import Observation, Task
+from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
+from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, canonical_action, extract_action
+
+
+class PolicyActor:
+    """Keeps each slot's (observation, action) history; exposes prompt text and response token data of the
+    last turn in `last_info` so that trainers can rebuild per-step samples."""
+
+    def __init__(self, engine: GenerationEngine, prompt_cfg: PromptConfig, params: SamplingParams):
+        self.engine = engine
+        self.prompt_cfg = prompt_cfg
+        self.params = params
+        self.last_info: list[dict | None] = []
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+        self.history: list[list[tuple[str, str]]] = [[] for _ in self.tasks]
+
+    def act(self, observations: Sequence[Observation | None]) -> list[str | None]:
+        idx = [i for i, o in enumerate(observations) if o is not None]
+        prompts = [build_prompt(self.tasks[i], self.history[i], observations[i], self.prompt_cfg) for i in idx]
+        comps = self.engine.generate(prompts, self.params) if prompts else []
+        actions: list[str | None] = [None] * len(observations)
+        self.last_info = [None] * len(observations)
+        for i, p, c in zip(idx, prompts, comps):
+            a = canonical_action(extract_action(c.text, self.prompt_cfg.think))
+            actions[i] = a
+            self.history[i].append((observations[i].text, a))
+            self.last_info[i] = {"prompt": p, "response_ids": c.token_ids, "gen_logprobs": c.logprobs}
+        return actions

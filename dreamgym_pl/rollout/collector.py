@@ -1,0 +1,69 @@
+"""The batched multi-turn loop: an actor and a VecEnv -> trajectories.
+
+An actor has `begin(tasks)` and `act(observations) -> actions` (None in, None out for ended slots); after
+`act` it may expose `last_info` (one dict a slot, e.g. token ids) that is stored in the transition's info.
+Real and synthetic envs are interchangeable here. The number of transitions consumed is what budgets count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+from tqdm.auto import tqdm
+
+from dreamgym_pl.core import Observation, Task, Trajectory, Transition
+from dreamgym_pl.envs.base import VecEnv
+
+
+class Actor(Protocol):
+    def begin(self, tasks: Sequence[Task]) -> None: ...
+
+    def act(self, observations: Sequence[Observation | None]) -> list[str | None]: ...
+
+
+def run_episodes(env: VecEnv, tasks: Sequence[Task], actor: Actor, batch_size: int = 16, source: str = "real",
+                 progress: bool | str = False) -> list[Trajectory]:
+    """Play every task once; one actor call and one env step a turn for all live episodes of a batch."""
+    trajs: list[Trajectory] = []
+    bar = tqdm(total=len(tasks), desc=progress if isinstance(progress, str) else source, disable=not progress,
+               leave=False)
+    for start in range(0, len(tasks), batch_size):
+        batch = list(tasks[start:start + batch_size])
+        obs: list[Any] = list(env.reset(batch))
+        actor.begin(batch)
+        cur = [Trajectory(task=t, source=source) for t in batch]
+        live = [True] * len(batch)
+        while any(live):
+            acts = actor.act([o if l else None for o, l in zip(obs, live)])
+            extra = getattr(actor, "last_info", None)
+            results = env.step([a if l else None for a, l in zip(acts, live)])
+            for i, r in enumerate(results):
+                if r is None or not live[i]:
+                    continue
+                info = dict(r.info)
+                if extra is not None and extra[i]:
+                    info.update(extra[i])
+                cur[i].transitions.append(Transition(
+                    task=batch[i], step=len(cur[i].transitions), state=obs[i], action=acts[i] or "",
+                    next_state=r.observation, reward=float(r.reward), done=bool(r.done), source=source, info=info))
+                obs[i] = r.observation
+                if r.done:
+                    live[i] = False
+        trajs.extend(cur)
+        bar.update(len(batch))
+    bar.close()
+    return trajs
+
+
+def episode_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Success rate, mean final score, invalid-action rate and transitions of a set of episodes."""
+    n = max(1, len(trajs))
+    steps = sum(len(t.transitions) for t in trajs)
+    invalid = sum(1 for t in trajs for s in t.transitions if s.info.get("invalid"))
+    return {
+        "success_rate": sum(1 for t in trajs if t.success) / n,
+        "mean_score": sum(t.final_reward for t in trajs) / n,
+        "invalid_action_rate": invalid / max(1, steps),
+        "mean_steps": steps / n,
+        "transitions": float(steps),
+    }

@@ -1,0 +1,114 @@
+"""Generation engines: one interface for HF `generate` (CPU/GPU) and, on GPU nodes, vLLM.
+
+`generate(prompts, params) -> list[Completion]` returns text, generated token ids and their log-probs;
+`load_weights(model)` brings the trainer's current weights into the engine (a no-op for HFEngine sharing
+the trainer's module; a weight push for engines that hold their own copy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    stop: list[str] = field(default_factory=list)  # text is cut after the first stop string
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+class GenerationEngine(Protocol):
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]: ...
+
+    def load_weights(self, model: Any) -> None: ...
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """Text up to and including the earliest stop string; whether one was found."""
+    best = None
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (best is None or i + len(s) < best):
+            best = i + len(s)
+    return (text, False) if best is None else (text[:best], True)
+
+
+class HFEngine:
+    """Batched, left-padded `model.generate` with per-token log-probs of the sampled tokens."""
+
+    def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.micro_batch = micro_batch
+        self.generated_tokens = 0
+
+    def load_weights(self, model: Any) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Completion]:
+        out: list[Completion] = []
+        for i in range(0, len(prompts), self.micro_batch):
+            out.extend(self._generate(list(prompts[i:i + self.micro_batch]), params))
+        return out
+
+    def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        tok, model = self.tokenizer, self.model
+        was_training = model.training
+        model.eval()
+        tok.padding_side = "left"
+        enc = tok(prompts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_prompt_tokens,
+                  add_special_tokens=False)
+        device = next(model.parameters()).device
+        enc = {k: v.to(device) for k, v in enc.items()}
+        greedy = params.temperature <= 0
+        gen_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy,
+                                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                          output_scores=True, return_dict_in_generate=True)
+        if not greedy:
+            gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        res = model.generate(**enc, **gen_kwargs)
+        seqs = res.sequences[:, enc["input_ids"].shape[1]:]
+        # log-probs of the chosen tokens under the (temperature-scaled) sampling distribution
+        scores = torch.stack(res.scores, dim=1).float()
+        if not greedy:
+            scores = scores / params.temperature
+        logp = torch.log_softmax(scores, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
+        if was_training:
+            model.train()
+        outs = []
+        for row, lp in zip(seqs.tolist(), logp.tolist()):
+            ids, lps = [], []
+            for t, l in zip(row, lp):
+                if t == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
+                    break
+                ids.append(t)
+                lps.append(l)
+                if t == tok.eos_token_id:
+                    break
+            text = tok.decode([t for t in ids if t != tok.eos_token_id], skip_special_tokens=True)
+            if params.stop:
+                text, _ = cut_at_stop(text, params.stop)
+            self.generated_tokens += len(ids)
+            outs.append(Completion(text=text, token_ids=ids, logprobs=lps))
+        return outs
+
+
+def make_engine(kind: str, model: Any, tokenizer: Any, **kwargs: Any) -> GenerationEngine:
+    if kind == "hf":
+        return HFEngine(model, tokenizer, **kwargs)
+    if kind == "vllm":
+        raise NotImplementedError("engine=vllm: the vLLM engine comes with the scale-out issue; use engine=hf")
+    raise KeyError(f"engine: unknown engine {kind!r} (hf, vllm)")

@@ -1,0 +1,69 @@
+import pytest
+from omegaconf import OmegaConf
+
+from dreamgym_pl.config import ConfigError, validate
+from tests.conftest import compose
+
+PRESETS = ["webshop_grpo", "webshop_ppo", "webshop_sft", "webshop_dpo"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_compose_and_validate(preset, tmp_path):
+    cfg = compose([f"conf={preset}"])
+    validate(cfg, tmp_path)
+    assert "collect" in cfg.stages and cfg.env.results_per_page == 3
+
+
+def test_preset_overrides_root_stages():
+    assert list(compose(["conf=webshop_grpo"]).stages) == ["collect", "sft", "rl", "eval"]
+    assert compose(["conf=webshop_ppo"]).algo.name == "ppo"
+
+
+@pytest.mark.parametrize("override,key", [
+    ("collect.agents.oracle=-1", "collect.agents.oracle"),
+    ("+collect.agents.wizard=3", "collect.agents.wizard"),
+    ("eval.num_goals=0", "eval.num_goals"),
+    ("rl.real_budget=-5", "rl.real_budget"),
+    ("env.max_steps=0", "env.max_steps"),
+    ("env.products_file=/no/such/file.json", "env.products_file"),
+    ("eval.agent=wizard", "eval.agent"),
+    ("algo.name=a2c", "algo.name"),
+    ("stages=[collect,teleport]", "stages"),
+    ("collect.noisy_eps=1.5", "collect.noisy_eps"),
+])
+def test_bad_values_name_the_key(override, key, tmp_path):
+    cfg = compose([override])
+    with pytest.raises(ConfigError, match=f"^{key}:"):
+        validate(cfg, tmp_path)
+
+
+def test_unknown_env_name(tmp_path):
+    cfg = compose([])
+    OmegaConf.update(cfg, "env.name", "nope")
+    with pytest.raises(ConfigError, match="^env.name:"):
+        validate(cfg, tmp_path)
+
+
+def test_sft_without_offline_data(tmp_path):
+    cfg = compose(["stages=[sft,eval]"])
+    with pytest.raises(ConfigError, match="offline data"):
+        validate(cfg, tmp_path)
+
+
+def test_unimplemented_stage_is_clear(tmp_path):
+    cfg = compose(["stages=[collect,experience]"])
+    with pytest.raises(ConfigError, match="not implemented yet"):
+        validate(cfg, tmp_path)
+
+
+def test_run_script_fails_before_work(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    p = subprocess.run([sys.executable, str(ROOT / "experiments/run.py"), "rl.real_budget=-1",
+                        f"hydra.run.dir={tmp_path}/run"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2
+    assert "rl.real_budget" in p.stderr
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -1,0 +1,165 @@
+import pytest
+
+from dreamgym_pl.agents import goal_query, make_agent
+from dreamgym_pl.envs import make_vec_env
+from dreamgym_pl.envs.webshop import WebShopEngine, WebShopEnv, parse_action
+from dreamgym_pl.envs.webshop.catalogue import generate_catalogue, load_webshop_products
+from dreamgym_pl.envs.webshop.goals import price_bounds
+from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+
+
+def test_parse_action():
+    assert parse_action("click [ Next > ]") == ("click", "next >")
+    assert parse_action("search[ red  lipstick ]") == ("search", "red lipstick")
+    assert parse_action("buy it") is None
+    assert parse_action("click[]") is None
+
+
+def test_price_bounds():
+    assert price_bounds(23.5) == [30.0, 40.0, 50.0]
+    assert price_bounds(30.0) == [40.0, 50.0, 60.0]
+
+
+def test_determinism():
+    a, b = WebShopEngine(num_products=100, seed=3, num_test=50), WebShopEngine(num_products=100, seed=3, num_test=50)
+    assert a.products == b.products
+    assert [t.instruction for t in a.goals] == [t.instruction for t in b.goals]
+    c = WebShopEngine(num_products=100, seed=4, num_test=50)
+    assert a.products != c.products
+    ea, eb = WebShopEnv(a), WebShopEnv(b)
+    task = a.tasks("test")[0]
+    assert ea.reset(task).text == eb.reset(task).text
+    for act in (f"search[{goal_query(task)}]", f"click[{task.goal['asin']}]", "click[buy now]"):
+        ra, rb = ea.step(act), eb.step(act)
+        assert ra.observation.text == rb.observation.text and ra.reward == rb.reward
+
+
+def test_fixed_split(shop):
+    test, train = shop.tasks("test"), shop.tasks("train")
+    assert len(test) == 100 and len(train) == 300
+    assert not {t.task_id for t in test} & {t.task_id for t in train}
+    assert [t.task_id for t in test] == [f"webshop-{i}" for i in range(100)]
+
+
+def test_search_ranking(shop):
+    res = shop.search_engine.search("lipstick")
+    assert res and all("lipstick" in shop.products[i]["Title"] for i in res)
+    task = shop.tasks("test")[0]
+    res = shop.search_engine.search(goal_query(task))
+    assert shop.by_asin[task.goal["asin"]] in res
+    # products carrying more of the query's words rank higher
+    q = "paraben free long lasting lipstick"
+    top = shop.products[shop.search_engine.search(q)[0]]
+    assert "lipstick" in top["Title"] and {"paraben free", "long lasting"} & set(top["Attributes"])
+    assert shop.search_engine.search("qwxzzy") == []
+
+
+def test_page_transitions(shop):
+    env = WebShopEnv(shop)
+    task = shop.tasks("test")[0]
+    obs = env.reset(task)
+    assert obs.admissible == ["search[...]"] and obs.text.endswith("search")
+    r = env.step(f"search[{goal_query(task)}]")
+    assert "click[back to search]" in r.observation.admissible and "click[next >]" in r.observation.admissible
+    assert "page 1 (total results:" in r.observation.text
+    r = env.step("click[next >]")
+    assert "page 2" in r.observation.text and "click[< prev]" in r.observation.admissible
+    r = env.step("click[< prev]")
+    assert "page 1" in r.observation.text
+    asin = task.goal["asin"]
+    while f"click[{asin}]" not in r.observation.admissible:
+        r = env.step("click[next >]")
+    r = env.step(f"click[{asin}]")
+    assert "click[buy now]" in r.observation.admissible and "click[description]" in r.observation.admissible
+    opt_type, opt_val = next(iter(task.goal["goal_options"].items()))
+    r = env.step(f"click[{opt_val}]")
+    assert f"{opt_type} ({opt_val}):" in r.observation.text
+    r = env.step("click[description]")
+    assert r.observation.admissible == ["click[back to search]", "click[< prev]"]
+    r = env.step("click[< prev]")
+    assert "click[buy now]" in r.observation.admissible
+    r = env.step("click[back to search]")
+    assert r.observation.admissible == ["search[...]"]
+
+
+def test_buy_gives_reward_and_ends(shop):
+    env = WebShopEnv(shop)
+    task = shop.tasks("test")[1]
+    env.reset(task)
+    env.step(f"search[{goal_query(task)}]")
+    r = env.step(f"click[{task.goal['asin']}]")
+    if r.info["invalid"]:
+        pytest.skip("target not on the first page for this goal")
+    for v in task.goal["goal_options"].values():
+        env.step(f"click[{v}]")
+    r = env.step("click[buy now]")
+    assert r.done and r.reward == pytest.approx(1.0) and r.info["success"]
+    with pytest.raises(RuntimeError):
+        env.step("click[buy now]")
+
+
+def test_invalid_action_counted_page_unchanged(shop):
+    env = WebShopEnv(shop)
+    obs = env.reset(shop.tasks("test")[0])
+    r = env.step("click[buy now]")
+    assert r.info["invalid"] and r.info["invalid_count"] == 1 and r.reward == 0 and not r.done
+    assert r.observation.text.startswith("invalid action: click[buy now]")
+    assert r.observation.text.endswith(obs.text) and r.observation.admissible == obs.admissible
+    r = env.step("gibberish")
+    assert r.info["invalid_count"] == 2
+
+
+def test_max_steps_truncates(shop):
+    env = WebShopEnv(shop, max_steps=15)
+    env.reset(shop.tasks("test")[0])
+    for i in range(15):
+        r = env.step("click[nothing]")
+    assert r.done and r.reward == 0 and r.info.get("truncated") and r.info["invalid_count"] == 15
+
+
+def test_agents_success_rates():
+    env = make_vec_env("webshop")  # the default catalogue: 500 test goals
+    tasks = env.tasks("test")
+    oracle = episode_stats(run_episodes(env, tasks, make_agent("oracle"), batch_size=100))
+    rand = episode_stats(run_episodes(env, tasks, make_agent("random", seed=1), batch_size=100))
+    noisy = episode_stats(run_episodes(env, tasks, make_agent("noisy_oracle", seed=1, eps=0.3), batch_size=100))
+    assert oracle["success_rate"] >= 0.95
+    assert rand["success_rate"] < 0.10
+    assert rand["success_rate"] < noisy["success_rate"] < oracle["success_rate"]
+
+
+def test_unknown_env():
+    with pytest.raises(KeyError, match="env.name"):
+        make_vec_env("nope")
+
+
+def test_bad_catalogue_size():
+    with pytest.raises(ValueError, match="env.num_products"):
+        generate_catalogue(0)
+
+
+def test_real_webshop_file_loader(tmp_path):
+    import json
+
+    items = [{"asin": "B0TEST1", "name": "Acme Lipstick", "Title": "Acme Lipstick Long Lasting", "query": "lipstick",
+              "category": "beauty", "product_category": "Beauty › Makeup › Lipstick", "pricing": "$12.99",
+              "customization_options": {"Color": [{"value": "Red", "image": None}]},
+              "BulletPoints": ["long lasting"], "Description": "a lipstick"},
+             {"asin": "B0TEST2", "name": "Acme Shampoo", "query": "shampoo", "pricing": ["$5.00"],
+              "category": "beauty", "product_category": "Beauty › Hair › Shampoo"}]
+    pf = tmp_path / "items.json"
+    pf.write_text(json.dumps(items))
+    af = tmp_path / "attrs.json"
+    af.write_text(json.dumps({"B0TEST1": {"attributes": ["Long Lasting"]}}))
+    prods = load_webshop_products(str(pf), str(af))
+    assert prods[0]["asin"] == "b0test1" and prods[0]["Price"] == 12.99
+    assert prods[0]["options"] == {"color": ["red"]} and prods[0]["Attributes"] == ["long lasting"]
+    assert prods[1]["Price"] == 5.0
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{\"asin\": 1,\n oops")
+    from dreamgym_pl.core import DataError
+
+    with pytest.raises(DataError, match="bad.json:2"):
+        load_webshop_products(str(bad))
+    with pytest.raises(DataError, match="env.products_file"):
+        load_webshop_products(str(tmp_path / "missing.json"))

@@ -1,0 +1,52 @@
+"""End-to-end pipeline runs at the smallest scale (the default suite keeps one; the rest are `slow`)."""
+
+import json
+
+import pytest
+
+from dreamgym_pl.core import Transition, read_jsonl
+from dreamgym_pl.pipeline import run_pipeline
+from tests.conftest import compose
+
+TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+        "env.num_products=100", "env.num_test=50", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
+        "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8",
+        "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
+        "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false"]
+
+
+def test_collect_and_oracle_eval(tmp_path):
+    cfg = compose(["stages=[collect,eval]", "eval.agent=oracle", "env.num_products=100", "env.num_test=50",
+                   "collect.agents.oracle=20", "collect.agents.noisy_oracle=10", "collect.agents.random=10"])
+    m = run_pipeline(cfg, tmp_path)
+    assert m["eval/success_rate"] >= 0.95
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["eval/success_rate"] == m["eval/success_rate"]
+    trs = read_jsonl(tmp_path / "offline" / "transitions.jsonl", Transition)
+    assert len(trs) == m["collect/real_transitions"] == m["budget/real_transitions"]
+    assert {t.source for t in trs} == {"oracle", "noisy_oracle", "random"}
+    assert all(t.task.task_id.startswith("webshop-") and t.next_state.text for t in trs)
+    assert json.loads((tmp_path / "stages.json").read_text())["completed"] == ["collect", "eval"]
+
+
+def test_grpo_pipeline_tiny(tmp_path):
+    """collect -> sft -> GRPO (real env) -> eval, and a resume that skips every completed stage."""
+    cfg = compose(["conf=webshop_grpo", *TINY])
+    m = run_pipeline(cfg, tmp_path)
+    for key in ("sft/test_success_rate", "rl/test_success_rate", "eval/success_rate", "rl/real_transitions"):
+        assert key in m
+    assert m["rl/real_transitions"] >= 60
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["rl/real_transitions"]
+    assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()
+    assert (tmp_path / "plots" / "rl_rollouts.png").exists()
+    assert list((tmp_path / "tb" / "rl").glob("events.out.tfevents.*"))
+    cfg2 = compose(["conf=webshop_grpo", "resume=true", *TINY])
+    m2 = run_pipeline(cfg2, tmp_path)
+    assert m2["budget/real_transitions"] == m["budget/real_transitions"]  # nothing counted twice
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["webshop_ppo", "webshop_dpo"])
+def test_other_presets_tiny(tmp_path, preset):
+    m = run_pipeline(compose([f"conf={preset}", *TINY]), tmp_path)
+    assert "eval/success_rate" in m

@@ -1,0 +1,94 @@
+"""Policy module behaviour on a tiny model: GRPO moves log-probs the right way; PPO/DPO/SFT steps run."""
+
+import copy
+
+import pytest
+import torch
+
+from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
+from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.module import AlgoConfig, PolicyModule
+from dreamgym_pl.policy.samples import StepSample, collate
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = train_word_tokenizer(["task : buy red shoes observation : search action : click [ a ] click [ b ] search [ x ]"])
+    model = build_tiny_llama(tok, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=64)
+    return model, tok
+
+
+def _batch(tok, module, advs, ref=True):
+    prompt = tok("task : buy red shoes observation : search action :", add_special_tokens=False)["input_ids"]
+    a = tok("click [ a ]", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    b = tok("click [ b ]", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    samples = [StepSample(prompt, a, scalars={"adv": advs[0]}), StepSample(prompt, b, scalars={"adv": advs[1]})]
+    batch = collate(samples, tok.pad_token_id)
+    batch["old_logp"] = module.logprobs(batch)
+    if ref:
+        batch["ref_logp"] = module.logprobs(batch, reference=True)
+    return batch
+
+
+def _seq_logp(module, batch):
+    lp = module.logprobs(batch)
+    return (lp * batch["loss_mask"]).sum(-1)
+
+
+def test_collate_masks_prompt_and_padding(tiny):
+    model, tok = tiny
+    s = [StepSample([5, 6, 7], [8, 2]), StepSample([5, 6], [9, 10, 2])]
+    b = collate(s, tok.pad_token_id)
+    assert b["input_ids"].shape == (2, 5)
+    # sample 0: tokens 8, 2 at positions 3, 4 -> predicted from positions 2, 3
+    assert b["loss_mask"][0].tolist() == [0, 0, 1, 1]
+    assert b["loss_mask"][1].tolist() == [0, 1, 1, 1]
+    assert b["attention_mask"][0].tolist() == [1, 1, 1, 1, 1]
+    assert b["prompt_last"].tolist() == [2, 1]
+
+
+def test_grpo_step_moves_logprobs(tiny):
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    module = PolicyModule(model, tok, "grpo", lr=1e-2, algo=AlgoConfig(kl_coef=0.01, entropy_coef=0.0))
+    batch = _batch(tok, module, [1.0, -1.0])
+    before = _seq_logp(module, batch)
+    opt = module.configure_optimizers()
+    module.log_dict = lambda *a, **k: None
+    module.log = lambda *a, **k: None
+    loss = module.training_step(batch, 0)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    after = _seq_logp(module, batch)
+    assert after[0] > before[0]  # positive advantage: up
+    assert after[1] < before[1]  # negative advantage: down
+
+
+def test_kl_of_identical_policies_zero(tiny):
+    model, tok = tiny
+    module = PolicyModule(copy.deepcopy(model), tok, "grpo", lr=1e-3, algo=AlgoConfig(kl_coef=0.1))
+    batch = _batch(tok, module, [1.0, -1.0])
+    kl = losses.masked_mean(losses.kl_penalty(batch["old_logp"], batch["ref_logp"]), batch["loss_mask"])
+    assert kl.item() == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["sft", "ppo", "dpo"])
+def test_other_modes_step(tiny, mode):
+    model, tok = tiny
+    module = PolicyModule(copy.deepcopy(model), tok, mode, lr=1e-3, algo=AlgoConfig(name=mode if mode == "ppo" else "grpo"))
+    module.log_dict = lambda *a, **k: None
+    module.log = lambda *a, **k: None
+    batch = _batch(tok, module, [1.0, -1.0], ref=mode != "sft")
+    if mode == "ppo":
+        batch["old_values"] = module.values(batch)
+        batch["returns"] = torch.tensor([1.0, 0.0])
+    if mode == "dpo":
+        batch["pair"] = torch.tensor([0, 0])
+        batch["side"] = torch.tensor([1, 0])
+        batch["ref_seq_logp"] = (batch["ref_logp"] * batch["loss_mask"]).sum(-1)
+    loss = module.training_step(batch, 0)
+    assert torch.isfinite(loss)
+    loss.backward()
+    if mode == "dpo":
+        assert loss.item() == pytest.approx(0.6931, abs=1e-3)  # identical policy and reference: log 2

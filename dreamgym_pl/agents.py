@@ -18,10 +18,13 @@ _QUERY_DROP = {"i", "need", "am", "looking", "for", "find", "me", "want", "a", "
 
 
 def goal_query(task: Task) -> str:
-    """The oracle's search: the goal's product type and attributes (words present in the instruction)."""
+    """The oracle's search: the goal's attributes, product type and option values (all words of the
+    instruction, so a policy can learn to write the same query)."""
     g = task.goal
     if "query" in g and "attributes" in g:
-        return " ".join(list(g["attributes"]) + [g["query"]])
+        opts = g.get("goal_options", {})
+        vals = list(opts.values()) if isinstance(opts, dict) else list(opts)
+        return " ".join(list(g["attributes"]) + [g["query"]] + vals)
     words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
     return " ".join(words[:8])
 
@@ -63,12 +66,34 @@ class RandomAgent(ScriptedAgent):
 
 
 class WebShopOracle(ScriptedAgent):
-    """Searches with the goal words, pages until the target product shows, picks the goal options, buys."""
+    """Searches with the goal words, clicks the first listed product that fully satisfies the goal (judged
+    from the catalogue when it has one, else the goal's own product), pages on when none does, picks the
+    goal options and buys. Choosing among visible results, not hunting one hidden id, keeps the
+    demonstrations learnable from what a policy sees."""
 
     name = "oracle"
 
-    def __init__(self, max_pages: int = 5):
+    def __init__(self, max_pages: int = 5, catalogue: dict[str, dict] | None = None):
         self.max_pages = max_pages
+        self.catalogue = catalogue
+        self._ok: dict[tuple[str, str], bool] = {}
+
+    def _satisfies(self, asin: str, task: Task) -> bool:
+        g = task.goal
+        if asin == g.get("asin"):
+            return True
+        if self.catalogue is None or asin not in self.catalogue:
+            return False
+        key = (asin, task.task_id)
+        if key not in self._ok:
+            from dreamgym_pl.envs.webshop.reward import purchase_reward
+
+            p = self.catalogue[asin]
+            opts = g.get("goal_options", {})
+            wanted = list(opts.values()) if isinstance(opts, dict) else list(opts)
+            have = [v for vals in p.get("options", {}).values() for v in vals if v in wanted]
+            self._ok[key] = purchase_reward(p, have, g)["reward"] >= 1.0 - 1e-9
+        return self._ok[key]
 
     def begin(self, tasks: Sequence[Task]) -> None:
         super().begin(tasks)
@@ -81,9 +106,9 @@ class WebShopOracle(ScriptedAgent):
         targets = [_click_target(a) for a in adm]
         if any(a.startswith("search[") for a in adm):
             return f"search[{goal_query(task)}]"
-        asin = g.get("asin")
-        if asin in targets:
-            return f"click[{asin}]"
+        for t in targets:
+            if t not in ("back to search", "next >", "< prev") and self._satisfies(t, task):
+                return f"click[{t}]"
         if "buy now" in targets:
             selected = set(re.findall(r"\(([^()]*)\):", obs.text))
             wanted = g.get("goal_options", {})
@@ -127,11 +152,16 @@ class NoisyOracle(ScriptedAgent):
         return self.oracle.act_one(slot, obs)
 
 
-def make_agent(name: str, seed: int = 0, eps: float = 0.3) -> ScriptedAgent:
+def make_agent(name: str, seed: int = 0, eps: float = 0.3, env: object | None = None) -> ScriptedAgent:
+    """A scripted agent; `env` (optional) lends the oracle its catalogue to judge listed products."""
+    engine = getattr(env, "engine", None)
+    catalogue = {p["asin"]: p for p in engine.products} if engine is not None and hasattr(engine, "products") else None
     if name == "oracle":
-        return WebShopOracle()
+        return WebShopOracle(catalogue=catalogue)
     if name == "random":
         return RandomAgent(seed)
     if name == "noisy_oracle":
-        return NoisyOracle(eps, seed)
+        agent = NoisyOracle(eps, seed)
+        agent.oracle.catalogue = catalogue
+        return agent
     raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")

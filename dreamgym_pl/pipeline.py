@@ -101,7 +101,7 @@ class Run:
             tasks = self.env.tasks("train")[:200]
             trajs = []
             for name in ("oracle", "random"):
-                trajs += run_episodes(self.env, tasks, make_agent(name, self.cfg.seed), batch_size=64)
+                trajs += run_episodes(self.env, tasks, make_agent(name, self.cfg.seed, env=self.env), batch_size=64)
         for t in trajs:
             for s in t.transitions:
                 texts += [s.state.text, s.action, s.next_state.text]
@@ -164,7 +164,7 @@ def stage_collect(run: Run) -> None:
         if count <= 0:
             continue
         agent_tasks = [tasks[j % len(tasks)] for j in range(count)]
-        agent = make_agent(name, seed=run.cfg.seed + i, eps=cfg.noisy_eps)
+        agent = make_agent(name, seed=run.cfg.seed + i, eps=cfg.noisy_eps, env=run.env)
         trajs = run_episodes(run.env, agent_tasks, agent, batch_size=cfg.batch_size, source=name,
                              progress=f"collect {name}")
         for ep, t in enumerate(trajs):
@@ -273,7 +273,7 @@ def stage_eval(run: Run) -> None:
         model, tok = run.load_policy()
         res = run.evaluate(model, tok, progress="eval")
     else:
-        agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps)
+        agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps, env=run.env)
         res = episode_stats(run_episodes(run.env, tasks, agent, batch_size=cfg.batch_size, source=cfg.agent,
                                          progress=f"eval {cfg.agent}"))
     run.record({"eval/success_rate": res["success_rate"], "eval/mean_score": res["mean_score"],

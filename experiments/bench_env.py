@@ -32,7 +32,7 @@ def main() -> None:
     print(f"|---|---|---|---|---|---|---|")
     for name in ("oracle", "noisy_oracle", "random"):
         t0 = time.perf_counter()
-        trajs = run_episodes(env, tasks, make_agent(name, seed=1), batch_size=args.batch)
+        trajs = run_episodes(env, tasks, make_agent(name, seed=1, env=env), batch_size=args.batch)
         dt = time.perf_counter() - t0
         s = episode_stats(trajs)
         print(f"| {name} | {len(trajs)} | {int(s['transitions'])} | {dt:.2f} | {s['transitions'] / dt:,.0f} | "

@@ -120,9 +120,9 @@ def test_max_steps_truncates(shop):
 def test_agents_success_rates():
     env = make_vec_env("webshop")  # the default catalogue: 500 test goals
     tasks = env.tasks("test")
-    oracle = episode_stats(run_episodes(env, tasks, make_agent("oracle"), batch_size=100))
-    rand = episode_stats(run_episodes(env, tasks, make_agent("random", seed=1), batch_size=100))
-    noisy = episode_stats(run_episodes(env, tasks, make_agent("noisy_oracle", seed=1, eps=0.3), batch_size=100))
+    oracle = episode_stats(run_episodes(env, tasks, make_agent("oracle", env=env), batch_size=100))
+    rand = episode_stats(run_episodes(env, tasks, make_agent("random", seed=1, env=env), batch_size=100))
+    noisy = episode_stats(run_episodes(env, tasks, make_agent("noisy_oracle", seed=1, eps=0.3, env=env), batch_size=100))
     assert oracle["success_rate"] >= 0.95
     assert rand["success_rate"] < 0.10
     assert rand["success_rate"] < noisy["success_rate"] < oracle["success_rate"]

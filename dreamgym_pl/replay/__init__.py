@@ -1,0 +1,1 @@
+"""Replay retrieval: embedders and the hnswlib-backed transition buffer."""

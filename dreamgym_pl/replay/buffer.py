@@ -1,0 +1,159 @@
+"""ReplayBuffer: transitions plus an hnswlib cosine index over the embedding of (task, state, action).
+
+- `add(transitions, source)`: online enrichment with a source tag (offline, real, synthetic); exact
+  duplicates (same task, state, action and next state) are skipped; the index grows past its capacity.
+- `max_size`: when set, the oldest synthetic entries are evicted first (marked deleted in the index).
+- `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries.
+- `save(dir)` / `load(dir)`: each save writes a new version folder and then atomically swaps the
+  `CURRENT` pointer file (`os.replace`), so a crash mid-save leaves the previous copy loadable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import hnswlib
+import numpy as np
+
+from dreamgym_pl.core import Transition, from_dict, iter_jsonl, to_dict, write_jsonl
+from dreamgym_pl.replay.embed import Embedder
+
+
+def transition_key(task_instruction: str, state_text: str, action: str) -> str:
+    """The text that is embedded for retrieval: phi(task, s_t, a_t)."""
+    return f"task: {task_instruction} | state: {state_text} | action: {action}"
+
+
+def _digest(t: Transition) -> str:
+    s = "\x1f".join([t.task.instruction, t.state.text, t.action, t.next_state.text, f"{t.reward:.6f}", str(t.done)])
+    return hashlib.sha1(s.encode()).hexdigest()
+
+
+class ReplayBuffer:
+    def __init__(self, embedder: Embedder, capacity: int = 10000, max_size: int | None = None, M: int = 16,
+                 ef_construction: int = 200, ef_search: int = 64):
+        if capacity <= 0:
+            raise ValueError("replay.capacity: must be > 0")
+        self.embedder = embedder
+        self.M, self.ef_construction, self.ef_search = M, ef_construction, ef_search
+        self.max_size = max_size
+        self.index = hnswlib.Index(space="cosine", dim=embedder.dim)
+        self.index.init_index(max_elements=capacity, ef_construction=ef_construction, M=M)
+        self.index.set_ef(ef_search)
+        self.items: list[Transition | None] = []
+        self.sources: list[str] = []
+        self.digests: set[str] = set()
+        self.deleted: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.items) - len(self.deleted)
+
+    def count(self, source: str | None = None) -> int:
+        return sum(1 for i, s in enumerate(self.sources) if i not in self.deleted and (source is None or s == source))
+
+    def add(self, transitions: Sequence[Transition], source: str = "real") -> int:
+        """Add transitions (skipping duplicates); returns how many were added."""
+        new = []
+        for t in transitions:
+            d = _digest(t)
+            if d in self.digests:
+                continue
+            self.digests.add(d)
+            new.append(t)
+        if not new:
+            return 0
+        vecs = self.embedder.embed([transition_key(t.task.instruction, t.state.text, t.action) for t in new])
+        start = len(self.items)
+        need = start + len(new)
+        if need > self.index.get_max_elements():
+            self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
+        self.index.add_items(vecs, np.arange(start, need))
+        self.items.extend(new)
+        self.sources.extend([source] * len(new))
+        self._evict()
+        return len(new)
+
+    def _evict(self) -> None:
+        if self.max_size is None:
+            return
+        excess = len(self) - self.max_size
+        for i, s in enumerate(self.sources):
+            if excess <= 0:
+                break
+            if s == "synthetic" and i not in self.deleted:
+                self.index.mark_deleted(i)
+                self.deleted.add(i)
+                t = self.items[i]
+                if t is not None:
+                    self.digests.discard(_digest(t))
+                self.items[i] = None
+                excess -= 1
+
+    def query(self, keys: Sequence[str], k: int, real_only: bool = True) -> list[list[Transition]]:
+        """Top-k neighbours of each key text (best first)."""
+        if k <= 0 or len(self) == 0 or not keys:
+            return [[] for _ in keys]
+        allowed = [i for i, s in enumerate(self.sources) if i not in self.deleted and (not real_only or s != "synthetic")]
+        if not allowed:
+            return [[] for _ in keys]
+        kk = min(k, len(allowed))
+        self.index.set_ef(max(self.ef_search, 2 * kk))
+        vecs = self.embedder.embed(list(keys))
+        if real_only and len(allowed) < len(self):
+            ok = set(allowed)
+            labels, _ = self.index.knn_query(vecs, k=kk, num_threads=1, filter=lambda i: i in ok)
+        else:
+            labels, _ = self.index.knn_query(vecs, k=kk)
+        return [[self.items[int(i)] for i in row] for row in labels]
+
+    # ----- persistence ---------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        cur = path / "CURRENT"
+        old = cur.read_text().strip() if cur.exists() else None
+        version = 0 if old is None else int(old.split("-")[1]) + 1
+        vdir = path / f"v-{version:06d}"
+        if vdir.exists():
+            shutil.rmtree(vdir)
+        vdir.mkdir()
+        self.index.save_index(str(vdir / "index.bin"))
+        rows = [{"source": s, "deleted": i in self.deleted, "t": to_dict(t) if t is not None else None}
+                for i, (s, t) in enumerate(zip(self.sources, self.items))]
+        write_jsonl(vdir / "entries.jsonl", rows)
+        (vdir / "meta.json").write_text(json.dumps({"dim": self.embedder.dim, "max_elements": self.index.get_max_elements(),
+                                                    "count": len(self.items), "max_size": self.max_size}))
+        tmp = path / "CURRENT.tmp"
+        tmp.write_text(vdir.name)
+        os.replace(tmp, cur)  # the commit point
+        for d in path.glob("v-*"):
+            if d.name != vdir.name:
+                shutil.rmtree(d, ignore_errors=True)
+
+    @classmethod
+    def load(cls, path: str | Path, embedder: Embedder) -> "ReplayBuffer":
+        path = Path(path)
+        cur = path / "CURRENT"
+        if not cur.exists():
+            raise FileNotFoundError(f"{path}: no saved replay buffer (CURRENT missing)")
+        vdir = path / cur.read_text().strip()
+        meta = json.loads((vdir / "meta.json").read_text())
+        if meta["dim"] != embedder.dim:
+            raise ValueError(f"{vdir}: saved with embedding dim {meta['dim']}, embedder has {embedder.dim}")
+        buf = cls(embedder, capacity=max(1, meta["max_elements"]), max_size=meta.get("max_size"))
+        buf.index.load_index(str(vdir / "index.bin"), max_elements=max(1, meta["max_elements"]))
+        buf.index.set_ef(buf.ef_search)
+        for i, row in enumerate(iter_jsonl(vdir / "entries.jsonl")):
+            t = from_dict(Transition, row["t"]) if row["t"] is not None else None
+            buf.items.append(t)
+            buf.sources.append(row["source"])
+            if row["deleted"]:
+                buf.deleted.add(i)
+            elif t is not None:
+                buf.digests.add(_digest(t))
+        return buf

@@ -1,0 +1,109 @@
+import os
+
+import numpy as np
+import pytest
+
+from dreamgym_pl.core import Observation, Task, Transition
+from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
+from dreamgym_pl.replay.embed import HashingEmbedder
+
+WORDS = "red blue green lipstick shoes tea coffee chair desk large small cotton organic vegan sofa cable".split()
+
+
+def make_transitions(n, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        w = rng.choice(WORDS, size=6)
+        out.append(Transition(task=Task(f"t{i}", " ".join(w[:3])), step=0, state=Observation(" ".join(w[3:])),
+                              action=f"click[{w[0]}]", next_state=Observation(f"page {i}"), reward=0.0, done=False))
+    return out
+
+
+def brute_force(emb, items, query, k):
+    keys = emb.embed([transition_key(t.task.instruction, t.state.text, t.action) for t in items])
+    q = emb.embed([query])[0]
+    sims = keys @ q
+    return set(np.argsort(-sims)[:k].tolist()), sims
+
+
+def test_hashing_embedder_normalised_and_deterministic():
+    e = HashingEmbedder(64)
+    a = e.embed(["red lipstick", "red lipstick", "blue chair"])
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0)
+    assert np.allclose(a[0], a[1]) and not np.allclose(a[0], a[2])
+
+
+def test_topk_matches_brute_force():
+    emb = HashingEmbedder(128)
+    items = make_transitions(300)
+    buf = ReplayBuffer(emb, capacity=512)
+    assert buf.add(items, "offline") == 300
+    q = transition_key("red lipstick tea", "large cotton sofa", "click[red]")
+    got = buf.query([q], k=5)[0]
+    exact, sims = brute_force(emb, items, q, 5)
+    got_ids = {int(t.task.task_id[1:]) for t in got}
+    # ties in cosine can swap members: compare the similarity values
+    assert sorted(np.round(sims[list(got_ids)], 5)) == sorted(np.round(sims[list(exact)], 5))
+
+
+def test_growth_past_capacity_and_dedup():
+    buf = ReplayBuffer(HashingEmbedder(32), capacity=10)
+    items = make_transitions(50)
+    assert buf.add(items[:30]) == 30
+    assert buf.add(items) == 20  # 30 duplicates skipped
+    assert len(buf) == 50 and buf.index.get_max_elements() >= 50
+
+
+def test_real_only_filter_and_eviction():
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=16, max_size=40)
+    real, synth = make_transitions(20, 1), make_transitions(30, 2)
+    for t in synth:
+        t.task.task_id = "s" + t.task.task_id
+    buf.add(real, "offline")
+    buf.add(synth, "synthetic")
+    assert len(buf) == 40 and buf.count("synthetic") == 20  # 10 oldest synthetic evicted
+    res = buf.query([transition_key(real[0].task.instruction, real[0].state.text, real[0].action)], k=30, real_only=True)[0]
+    assert len(res) == 20 and all(not t.task.task_id.startswith("s") for t in res)
+    res_all = buf.query([transition_key(real[0].task.instruction, real[0].state.text, real[0].action)], k=40, real_only=False)[0]
+    assert len(res_all) == 40 and all(t is not None for t in res_all)
+
+
+def test_save_load_round_trip(tmp_path):
+    emb = HashingEmbedder(64)
+    buf = ReplayBuffer(emb, capacity=8)
+    buf.add(make_transitions(25), "offline")
+    buf.save(tmp_path / "replay")
+    back = ReplayBuffer.load(tmp_path / "replay", emb)
+    assert len(back) == 25 and back.items == buf.items and back.sources == buf.sources
+    q = [transition_key("red tea", "sofa", "click[red]")]
+    assert back.query(q, 5) == buf.query(q, 5)
+    assert back.add(make_transitions(25)) == 0  # digests restored
+
+
+def test_interrupted_save_keeps_old_copy(tmp_path, monkeypatch):
+    emb = HashingEmbedder(64)
+    buf = ReplayBuffer(emb, capacity=8)
+    buf.add(make_transitions(10), "offline")
+    buf.save(tmp_path / "replay")
+    buf.add(make_transitions(20, seed=5), "real")
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt("killed between write and rename")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        buf.save(tmp_path / "replay")
+    monkeypatch.undo()
+    back = ReplayBuffer.load(tmp_path / "replay", emb)
+    assert len(back) == 10
+    buf.save(tmp_path / "replay")  # a later save recovers
+    assert len(ReplayBuffer.load(tmp_path / "replay", emb)) == len(buf)
+
+
+def test_load_dim_mismatch(tmp_path):
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=8)
+    buf.add(make_transitions(3))
+    buf.save(tmp_path / "r")
+    with pytest.raises(ValueError, match="dim"):
+        ReplayBuffer.load(tmp_path / "r", HashingEmbedder(32))

@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 KNOWN_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "s2r", "eval")
-IMPLEMENTED_STAGES = ("collect", "sft", "dpo", "rl", "eval")
+IMPLEMENTED_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "eval")
 SCRIPTED_AGENTS = ("oracle", "random", "noisy_oracle")
 
 
@@ -61,6 +61,19 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
                 "algo.ppo_epochs", "algo.max_new_tokens", "algo.lr"):
         if _get(cfg, key) is not None:
             _positive(cfg, key)
+    for key in ("experience.epochs", "experience.lr", "experience.batch_size", "experience.max_new_tokens",
+                "replay.dim", "replay.capacity", "synthetic_rl.tasks_per_iter"):
+        if _get(cfg, key) is not None:
+            _positive(cfg, key)
+    for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget"):
+        if _get(cfg, key) is not None:
+            _positive(cfg, key, allow_zero=True)
+    _require(_get(cfg, "replay.embedder") in ("hashing", "minilm"), "replay.embedder", "must be hashing or minilm")
+    _require(_get(cfg, "experience.annotator") in ("rule",), "experience.annotator",
+             "must be rule (the teacher-LLM annotator is used through the API)")
+    if "synthetic_rl" in stages and "experience" not in stages:
+        _require(run_dir is not None and (Path(run_dir) / "checkpoints" / "experience" / "config.json").exists(),
+                 "stages", "synthetic_rl needs a trained experience model: add the experience stage")
     for key in ("rl.real_budget", "sft.num_trajectories", "prompt.history", "algo.kl_coef", "algo.entropy_coef"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)

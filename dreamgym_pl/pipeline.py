@@ -283,11 +283,122 @@ def stage_eval(run: Run) -> None:
     run.complete("eval")
 
 
+def experience_format(run: Run):
+    from dreamgym_pl.experience.format import ExperienceFormat
+
+    e = run.cfg.experience
+    return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words, state_words=e.state_words,
+                            reasoning=e.reasoning)
+
+
+def replay_path(run: Run) -> Path:
+    return run.dir / "replay"
+
+
+def load_replay(run: Run):
+    from dreamgym_pl.replay.buffer import ReplayBuffer
+    from dreamgym_pl.replay.embed import make_embedder
+
+    emb = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim)
+    if (replay_path(run) / "CURRENT").exists():
+        return ReplayBuffer.load(replay_path(run), emb)
+    return ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
+
+
+def stage_experience(run: Run) -> None:
+    """Annotate offline transitions with reasoning, seed the replay buffer, train the experience model,
+    judge it on held-out real trajectories."""
+    from dreamgym_pl.experience.annotate import annotate
+    from dreamgym_pl.experience.judge import judge_steps
+    from dreamgym_pl.experience.module import ExperienceModule, experience_loaders
+    from dreamgym_pl.models import build_tiny_llama, load_pretrained
+    from dreamgym_pl.rollout.engine import HFEngine
+
+    e = run.cfg.experience
+    trajs = run.offline_trajectories()
+    annotate(trajs)
+    buffer = load_replay(run)
+    buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
+    buffer.save(replay_path(run))
+    if e.max_transitions:
+        kept, n = [], 0
+        for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
+            if n >= e.max_transitions:
+                break
+            kept.append(tr)
+            n += len(tr.transitions)
+        trajs = kept
+    if run.cfg.model.name_or_path == "tiny":  # a fresh tiny Llama sharing the run's word tokenizer
+        _, tok = run.load_policy()
+        m = run.cfg.model
+        model = build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
+                                 run.cfg.seed + 1)
+    else:
+        model, tok = load_pretrained(run.cfg.model.name_or_path, run.cfg.model.dtype,
+                                     run.cfg.model.trust_remote_code, lora=run.cfg.model.get("lora"))
+    fmt = experience_format(run)
+    train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed)
+    module = ExperienceModule(model, tok, lr=e.lr)
+    run.trainer("experience", max_epochs=e.epochs).fit(module, train_dl, val_dl)
+    rel = run.save_policy(module.model, tok, "experience")
+    res = judge_steps(HFEngine(module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
+    run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer)})
+    log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})
+    run.state["experience"] = rel
+    run.complete("experience")
+
+
+def make_synthetic_env(run: Run, buffer):
+    from dreamgym_pl.experience.synthetic_env import SyntheticEnv
+    from dreamgym_pl.models import load_pretrained
+    from dreamgym_pl.rollout.engine import HFEngine, SamplingParams
+
+    model, tok = load_pretrained(run.dir / run.state.get("experience", "checkpoints/experience"),
+                                 run.cfg.model.get("dtype", "float32"))
+    e = run.cfg.experience
+    params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=["</done>", "< / done >"])
+    first = lambda task: run.env.reset([task])[0]  # noqa: E731 - a pure function of the task, no transition
+    return SyntheticEnv(HFEngine(model, tok), buffer, experience_format(run), first, run.env.tasks,
+                        run.env.max_steps, params)
+
+
+def stage_synthetic_rl(run: Run) -> None:
+    """GRPO/PPO against the experience model (DreamGym); consumes no real transitions."""
+    from torch.utils.data import DataLoader
+
+    from dreamgym_pl.data import RolloutStream
+    from dreamgym_pl.policy.module import PolicyModule
+
+    algo = algo_config(run)
+    cfg = run.cfg.synthetic_rl
+    buffer = load_replay(run)
+    senv = make_synthetic_env(run, buffer)
+    model, tok = run.load_policy()
+    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
+    stream = RolloutStream(module, senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget,
+                           cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic")
+    run.trainer("synthetic_rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
+    buffer.save(replay_path(run))
+    _plot_history(run, "synthetic_rl", stream.history)
+    st = senv.stats
+    gen = max(st["generate_s"], 1e-9)
+    _finish_policy_stage(run, "synthetic_rl", module, {
+        "synthetic_rl/real_transitions": 0, "synthetic_rl/synthetic_transitions": stream.consumed,
+        "synthetic_rl/iterations": stream.iteration,
+        "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
+        "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
+        "synthetic_rl/replay_size": len(buffer)})
+    run.add_budget("synthetic_transitions", stream.consumed)
+    run.add_budget("real_transitions", 0)
+
+
 STAGES: dict[str, Callable[[Run], None]] = {
     "collect": stage_collect,
     "sft": stage_sft,
     "dpo": stage_dpo,
     "rl": stage_rl,
+    "experience": stage_experience,
+    "synthetic_rl": stage_synthetic_rl,
     "eval": stage_eval,
 }
 

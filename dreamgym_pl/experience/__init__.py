@@ -1,0 +1,1 @@
+"""The experience model: format, reasoning annotation, the Lightning module, the synthetic env, the judge."""

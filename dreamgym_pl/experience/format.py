@@ -1,0 +1,117 @@
+"""Experience-model prompt and target in a tagged text format, and a parser that never raises.
+
+Prompt: task, last H steps, k retrieved real transitions (demonstrations), current state, action.
+Target: `<reasoning> .. </reasoning> <next_state> .. </next_state> <actions> a | b </actions>
+<reward> r </reward> <done> true|false </done>`. Tags are matched whitespace-insensitively, since word
+tokenizers detokenise `<reasoning>` as `< reasoning >`. An output that misses the state, reward or done
+tag becomes an invalid transition (failure state, reward 0, done) and is counted by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from dreamgym_pl.core import Observation, Transition
+
+INVALID_STATE = "invalid transition: the environment could not continue"
+
+
+@dataclass
+class ExperienceFormat:
+    history: int = 2            # last H (action) steps in the prompt; 0 = none (ablation)
+    history_obs_words: int = 0  # words of each past state shown
+    k: int = 2                  # demonstrations shown (retrieved real transitions); 0 = no retrieval
+    demo_words: int = 40        # words of demo states / next states shown
+    state_words: int = 120      # words of the current state shown
+    reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
+
+
+@dataclass
+class ParsedStep:
+    observation: Observation
+    reward: float
+    done: bool
+    reasoning: str = ""
+    valid: bool = True
+    errors: list[str] = field(default_factory=list)
+
+
+def _words(text: str, n: int) -> str:
+    w = text.split()
+    return " ".join(w[:n]) + (" ..." if len(w) > n else "")
+
+
+def build_prompt(instruction: str, history: Sequence[tuple[str, str]], demos: Sequence[Transition], state: Observation,
+                 action: str, fmt: ExperienceFormat) -> str:
+    parts = [f"task : {instruction}"]
+    for d in list(demos)[: fmt.k]:
+        parts.append(f"example : state : {_words(d.state.text, fmt.demo_words)} action : {d.action} "
+                     f"next : {_words(d.next_state.text, fmt.demo_words)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
+    hist = list(history)[-fmt.history:] if fmt.history > 0 else []
+    for o, a in hist:
+        if fmt.history_obs_words > 0:
+            parts.append(f"seen : {_words(o, fmt.history_obs_words)}")
+        parts.append(f"did : {a}")
+    parts.append(f"state : {_words(state.text, fmt.state_words)}")
+    parts.append(f"action : {action}")
+    parts.append("predict :")
+    return " \n".join(parts)
+
+
+def build_target(next_state: Observation, reward: float, done: bool, reasoning: str, fmt: ExperienceFormat) -> str:
+    parts = []
+    if fmt.reasoning:
+        parts.append(f"<reasoning> {reasoning} </reasoning>")
+    parts.append(f"<next_state> {next_state.text} </next_state>")
+    parts.append(f"<actions> {' | '.join(next_state.admissible)} </actions>")
+    parts.append(f"<reward> {reward:.2f} </reward>")
+    parts.append(f"<done> {str(bool(done)).lower()} </done>")
+    return " ".join(parts)
+
+
+def _tag(text: str, name: str) -> str | None:
+    m = re.search(rf"<\s*{name}\s*>(.*?)<\s*/\s*{name}\s*>", text, re.DOTALL | re.IGNORECASE)
+    return m.group(1) if m else None
+
+
+def _detok(s: str) -> str:
+    """Undo word-tokenizer spacing inside brackets: `click [ b0x ]` -> `click[b0x]`."""
+    s = " ".join(s.split())
+    s = re.sub(r"(\w)\s*\[\s*", r"\1[", s)
+    return re.sub(r"\s*\]", "]", s)
+
+
+def parse_output(text: str) -> ParsedStep:
+    """Parse a model output; never raises. Missing state/reward/done -> invalid failure transition."""
+    errors: list[str] = []
+    try:
+        state = _tag(text, "next_state")
+        reward_s = _tag(text, "reward")
+        done_s = _tag(text, "done")
+        actions_s = _tag(text, "actions")
+        reasoning = (_tag(text, "reasoning") or "").strip()
+        if state is None or not state.strip():
+            errors.append("next_state")
+        reward = 0.0
+        if reward_s is None:
+            errors.append("reward")
+        else:
+            try:
+                reward = float(reward_s.replace(" ", ""))
+                if not math.isfinite(reward):
+                    raise ValueError
+                reward = min(1.0, max(0.0, reward))
+            except ValueError:
+                errors.append("reward")
+        done_v = (done_s or "").strip().lower()
+        if done_v not in ("true", "false"):
+            errors.append("done")
+        if errors:
+            return ParsedStep(Observation(INVALID_STATE, []), 0.0, True, reasoning, False, errors)
+        admissible = [_detok(a) for a in (actions_s or "").split("|") if a.strip()]
+        return ParsedStep(Observation(" ".join(state.split()), admissible), reward, done_v == "true", reasoning, True, [])
+    except Exception as e:  # the parser must never take a run down
+        return ParsedStep(Observation(INVALID_STATE, []), 0.0, True, "", False, [f"exception: {e!r}"])

@@ -1,0 +1,110 @@
+"""Fidelity of the experience model against the real environment.
+
+- step level, on held-out real transitions: the model predicts (next state, reward, done) from the real
+  (history, state, action); we score reward agreement (|r - r*| <= tol), done agreement, admissible-action
+  F1 and next-state token F1, and count unparseable outputs;
+- trajectory level: held-out action sequences replayed through the synthetic env; agreement of the final
+  reward with the real episode's.
+Pure scoring functions are separate from the model calls so that they can be unit-tested.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Sequence
+
+from dreamgym_pl.core import Trajectory, Transition
+from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, parse_output
+from dreamgym_pl.replay.buffer import ReplayBuffer
+from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
+
+
+def _toks(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
+
+
+def token_f1(pred: str, ref: str) -> float:
+    p, r = Counter(_toks(pred)), Counter(_toks(ref))
+    if not p and not r:
+        return 1.0
+    common = sum((p & r).values())
+    if common == 0:
+        return 0.0
+    prec, rec = common / sum(p.values()), common / sum(r.values())
+    return 2 * prec * rec / (prec + rec)
+
+
+def set_f1(pred: Sequence[str], ref: Sequence[str]) -> float:
+    norm = lambda s: "".join(s.lower().split())  # noqa: E731
+    p, r = {norm(x) for x in pred}, {norm(x) for x in ref}
+    if not p and not r:
+        return 1.0
+    tp = len(p & r)
+    if tp == 0:
+        return 0.0
+    return 2 * tp / (len(p) + len(r))
+
+
+def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: ReplayBuffer | None,
+                fmt: ExperienceFormat, max_steps: int = 200, reward_tol: float = 0.05,
+                max_new_tokens: int = 200) -> dict[str, float]:
+    from dreamgym_pl.experience.module import demos_for
+
+    prompts, refs = [], []
+    for traj in trajs:
+        hist: list[tuple[str, str]] = []
+        for t in traj.transitions:
+            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt.k), t.state, t.action, fmt))
+            refs.append(t)
+            hist.append((t.state.text, t.action))
+    prompts, refs = prompts[:max_steps], refs[:max_steps]
+    if not prompts:
+        return {}
+    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens,
+                                                    stop=["</done>", "< / done >"]))
+    return score_steps([parse_output(c.text) for c in comps], refs, reward_tol)
+
+
+def score_steps(parsed: Sequence, refs: Sequence[Transition], reward_tol: float = 0.05) -> dict[str, float]:
+    n = len(refs)
+    ra = sum(1 for p, t in zip(parsed, refs) if p.valid and abs(p.reward - t.reward) <= reward_tol)
+    da = sum(1 for p, t in zip(parsed, refs) if p.valid and p.done == t.done)
+    f1 = sum(set_f1(p.observation.admissible, t.next_state.admissible) for p, t in zip(parsed, refs) if p.valid)
+    sf = sum(token_f1(p.observation.text, t.next_state.text) for p, t in zip(parsed, refs) if p.valid)
+    term = [(p, t) for p, t in zip(parsed, refs) if t.done]
+    term_ra = sum(1 for p, t in term if p.valid and abs(p.reward - t.reward) <= reward_tol)
+    return {
+        "experience/reward_agreement": ra / n,
+        "experience/done_agreement": da / n,
+        "experience/admissible_f1": f1 / n,
+        "experience/state_f1": sf / n,
+        "experience/invalid_output_rate": sum(1 for p in parsed if not p.valid) / n,
+        "experience/terminal_reward_agreement": term_ra / max(1, len(term)),
+        "experience/judged_steps": float(n),
+    }
+
+
+def judge_replays(synthetic_env, trajs: Sequence[Trajectory], reward_tol: float = 0.05) -> dict[str, float]:
+    """Replay real action sequences through the synthetic env; final-reward and length agreement."""
+    if not trajs:
+        return {}
+    tasks = [t.task for t in trajs]
+    synthetic_env.reset(tasks)
+    final = [0.0] * len(trajs)
+    ended_at = [None] * len(trajs)
+    for step in range(max(len(t.transitions) for t in trajs)):
+        acts = [t.transitions[step].action if step < len(t.transitions) and ended_at[i] is None else None
+                for i, t in enumerate(trajs)]
+        if all(a is None for a in acts):
+            break
+        for i, r in enumerate(synthetic_env.step(acts)):
+            if r is None:
+                continue
+            final[i] = r.reward
+            if r.done:
+                ended_at[i] = step + 1
+    agree = sum(1 for f, t in zip(final, trajs) if abs(f - t.final_reward) <= reward_tol)
+    same_len = sum(1 for e, t in zip(ended_at, trajs) if e == len(t.transitions))
+    return {"experience/replay_reward_agreement": agree / len(trajs),
+            "experience/replay_length_agreement": same_len / len(trajs)}

@@ -1,0 +1,91 @@
+"""ExperienceModule: SFT of the experience model with the joint loss of the paper's Eq. 5.
+
+Loss = token cross-entropy on the target only (reasoning + next state + actions + reward + done), the
+prompt (task, history, retrieved demonstrations, state, action) masked. Validation logs the same token
+loss on held-out real transitions; generation-based fidelity (reward/done accuracy, state similarity)
+is measured by `judge.py` at the end of the stage.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from dreamgym_pl.core import Trajectory, Transition
+from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, build_target
+from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.samples import StepSample, collate
+from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
+
+
+class ExperienceModule(L.LightningModule):
+    def __init__(self, model: Any, tokenizer: Any, lr: float = 1e-3, weight_decay: float = 0.0):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.lr = lr
+        self.weight_decay = weight_decay
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        return -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("experience/train_loss", loss, prog_bar=True, on_step=True, batch_size=batch["input_ids"].shape[0])
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.log("experience/val_loss", self._loss(batch), prog_bar=True, on_epoch=True,
+                 batch_size=batch["input_ids"].shape[0])
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.lr,
+                                 weight_decay=self.weight_decay)
+
+
+def demos_for(buffer: ReplayBuffer | None, t: Transition, k: int, exclude_episode: bool = True) -> list[Transition]:
+    """Top-k real transitions similar to (task, state, action), excluding the transition's own episode."""
+    if buffer is None or k <= 0:
+        return []
+    res = buffer.query([transition_key(t.task.instruction, t.state.text, t.action)], k + 4, real_only=True)[0]
+    ep = t.info.get("episode")
+    out = [d for d in res if d is not None and not (exclude_episode and ep is not None and d.info.get("episode") == ep)]
+    return out[:k]
+
+
+def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
+                       buffer: ReplayBuffer | None, max_prompt_tokens: int = 768,
+                       max_target_tokens: int = 256) -> list[StepSample]:
+    out = []
+    for traj in trajs:
+        history: list[tuple[str, str]] = []
+        for t in traj.transitions:
+            prompt = build_prompt(t.task.instruction, history, demos_for(buffer, t, fmt.k), t.state, t.action, fmt)
+            target = build_target(t.next_state, t.reward, t.done, t.reasoning, fmt)
+            p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
+            t_ids = tokenizer(target, add_special_tokens=False)["input_ids"][:max_target_tokens] + [tokenizer.eos_token_id]
+            out.append(StepSample(p_ids, t_ids))
+            history.append((t.state.text, t.action))
+    return out
+
+
+def experience_loaders(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat, buffer: ReplayBuffer | None,
+                       batch_size: int, val_fraction: float = 0.05, seed: int = 0,
+                       extra: Sequence[StepSample] = ()) -> tuple[DataLoader, DataLoader | None, list[Trajectory]]:
+    """Train/val loaders split by trajectory; returns the held-out trajectories for the judge too."""
+    trajs = list(trajs)
+    random.Random(seed).shuffle(trajs)
+    n_val = int(len(trajs) * val_fraction)
+    val_trajs, train_trajs = trajs[:n_val], trajs[n_val:]
+    train = experience_samples(train_trajs, tokenizer, fmt, buffer) + list(extra)
+    val = experience_samples(val_trajs, tokenizer, fmt, buffer)
+    g = torch.Generator().manual_seed(seed)
+    coll = lambda b: collate(b, tokenizer.pad_token_id)  # noqa: E731
+    tl = DataLoader(train, batch_size=batch_size, shuffle=True, generator=g, collate_fn=coll)
+    vl = DataLoader(val, batch_size=batch_size, shuffle=False, collate_fn=coll) if val else None
+    return tl, vl, val_trajs

@@ -1,0 +1,115 @@
+"""SyntheticEnv: a VecEnv played by the experience model, with replay retrieval.
+
+For a batch of live episodes it retrieves the top-k similar real transitions for each (task, state,
+action), builds the experience prompts, runs one batched generate, parses the outputs and returns
+StepResults. Episodes end on `done`, on an unparseable output (an invalid transition: failure state,
+reward 0, counted in `invalid_outputs`), on an action the current state does not offer (a failure state
+with reward 0, as the paper specifies) or at `max_steps`. Fresh synthetic transitions enrich the buffer.
+The first observation of a task is the real env's initial page (WebShop: the search page), which needs
+no real interaction: it is a fixed function of the task.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from dreamgym_pl.core import Observation, StepResult, Task, Transition
+from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, build_prompt, parse_output
+from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
+from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
+
+
+class SyntheticEnv:
+    def __init__(self, engine: GenerationEngine, buffer: ReplayBuffer | None, fmt: ExperienceFormat,
+                 initial_observation: Callable[[Task], Observation], task_source: Callable[[str], list[Task]],
+                 max_steps: int = 15, params: SamplingParams | None = None, enrich: bool = True):
+        self.engine = engine
+        self.buffer = buffer
+        self.fmt = fmt
+        self.initial_observation = initial_observation
+        self._task_source = task_source
+        self.max_steps = max_steps
+        self.params = params or SamplingParams(temperature=0.7, max_new_tokens=160, stop=["</done>", "< / done >"])
+        self.enrich = enrich
+        self.extra_tasks: list[Task] = []
+        self.stats = {"steps": 0, "invalid_outputs": 0, "retrieval_s": 0.0, "prompt_s": 0.0, "generate_s": 0.0,
+                      "parse_s": 0.0}
+
+    def tasks(self, split: str) -> list[Task]:
+        return self._task_source(split)
+
+    def reset(self, tasks: Sequence[Task]) -> list[Observation]:
+        self._tasks = list(tasks)
+        self._obs = [self.initial_observation(t) for t in self._tasks]
+        self._hist: list[list[tuple[str, str]]] = [[] for _ in self._tasks]
+        self._steps = [0] * len(self._tasks)
+        self._done = [False] * len(self._tasks)
+        return list(self._obs)
+
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        out: list[StepResult | None] = [None] * len(actions)
+        live = []
+        for i, a in enumerate(actions):
+            if a is None or self._done[i]:
+                continue
+            if not self._is_admissible(a, self._obs[i]):
+                # the paper's rule: an invalid action moves the episode to a failure state with reward 0
+                self._steps[i] += 1
+                self._done[i] = True
+                self.stats["invalid_actions"] = self.stats.get("invalid_actions", 0) + 1
+                out[i] = StepResult(Observation(INVALID_STATE, []), 0.0, True,
+                                    {"invalid": True, "synthetic": True, "success": False, "score": 0.0})
+                continue
+            live.append(i)
+        if not live:
+            return out
+        t0 = time.perf_counter()
+        demos: list[list[Transition]] = [[] for _ in live]
+        if self.buffer is not None and self.fmt.k > 0:
+            keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
+            demos = self.buffer.query(keys, self.fmt.k, real_only=True)
+        t1 = time.perf_counter()
+        prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
+                   for j, i in enumerate(live)]
+        t2 = time.perf_counter()
+        comps = self.engine.generate(prompts, self.params)
+        t3 = time.perf_counter()
+        new: list[Transition] = []
+        for i, c in zip(live, comps):
+            p = parse_output(c.text)
+            self._steps[i] += 1
+            done = p.done or self._steps[i] >= self.max_steps
+            info: dict[str, Any] = {"invalid": False, "invalid_output": not p.valid, "synthetic": True,
+                                    "success": bool(done and p.valid and p.reward >= 1.0 - 1e-6), "score": p.reward}
+            if not p.valid:
+                self.stats["invalid_outputs"] += 1
+                info["parse_errors"] = p.errors
+            res = StepResult(p.observation, p.reward if p.valid else 0.0, done, info)
+            new.append(Transition(task=self._tasks[i], step=self._steps[i] - 1, state=self._obs[i], action=actions[i],
+                                  next_state=p.observation, reward=res.reward, done=done, source="synthetic",
+                                  reasoning=p.reasoning))
+            self._hist[i].append((self._obs[i].text, actions[i]))
+            self._obs[i] = p.observation
+            self._done[i] = done
+            out[i] = res
+        t4 = time.perf_counter()
+        if self.enrich and self.buffer is not None:
+            self.buffer.add([t for t in new if t.info.get("invalid_output") is not True], source="synthetic")
+        self.stats["steps"] += len(live)
+        self.stats["retrieval_s"] += t1 - t0
+        self.stats["prompt_s"] += t2 - t1
+        self.stats["generate_s"] += t3 - t2
+        self.stats["parse_s"] += t4 - t3
+        return out
+
+    @staticmethod
+    def _is_admissible(action: str, obs: Observation) -> bool:
+        if not obs.admissible:
+            return True
+        key = "".join(action.lower().split())
+        for a in obs.admissible:
+            k = "".join(a.lower().split())
+            if k == key or (k.startswith("search[") and key.startswith("search[")):
+                return True
+        return False

@@ -13,20 +13,23 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import torch
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
+ATOMIC_WORDS = ["[SEP]"]  # page separators stay one token (not "[", "sep", "]")
 
 
 def train_word_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer (whole words, punctuation split off) trained on `texts`."""
+    """A word-level tokenizer (whole words; punctuation and single digits split off) trained on `texts`."""
     tok = Tokenizer(models.WordLevel(unk_token=SPECIAL["unk_token"]))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
-                                                 pre_tokenizers.Punctuation(behavior="isolated")])
+                                                 pre_tokenizers.Punctuation(behavior="isolated"),
+                                                 pre_tokenizers.Digits(individual_digits=True)])
     trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=list(SPECIAL.values()))
     tok.train_from_iterator(texts, trainer=trainer)
+    tok.add_tokens([AddedToken(w, normalized=False, single_word=False) for w in ATOMIC_WORDS])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL)
     fast.padding_side = "left"
     return fast

@@ -86,16 +86,17 @@ class SyntheticEnv:
                 self.stats["invalid_outputs"] += 1
                 info["parse_errors"] = p.errors
             res = StepResult(p.observation, p.reward if p.valid else 0.0, done, info)
-            new.append(Transition(task=self._tasks[i], step=self._steps[i] - 1, state=self._obs[i], action=actions[i],
-                                  next_state=p.observation, reward=res.reward, done=done, source="synthetic",
-                                  reasoning=p.reasoning))
+            if p.valid:
+                new.append(Transition(task=self._tasks[i], step=self._steps[i] - 1, state=self._obs[i],
+                                      action=actions[i], next_state=p.observation, reward=res.reward, done=done,
+                                      source="synthetic", reasoning=p.reasoning))
             self._hist[i].append((self._obs[i].text, actions[i]))
             self._obs[i] = p.observation
             self._done[i] = done
             out[i] = res
         t4 = time.perf_counter()
         if self.enrich and self.buffer is not None:
-            self.buffer.add([t for t in new if t.info.get("invalid_output") is not True], source="synthetic")
+            self.buffer.add(new, source="synthetic")
         self.stats["steps"] += len(live)
         self.stats["retrieval_s"] += t1 - t0
         self.stats["prompt_s"] += t2 - t1

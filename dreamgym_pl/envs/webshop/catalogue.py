@@ -93,10 +93,12 @@ BRANDS = ["acme", "lumora", "vexo", "nordly", "pinecrest", "zentra", "kalio", "b
           "solano", "trevi", "quanta", "hollis", "rivora", "apex", "bellami", "corvo", "duna", "elmwood"]
 DESCRIPTORS = ["classic", "premium", "deluxe", "essential", "everyday", "signature", "original", "ultra",
                "plus", "select"]
-_ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+_ID_CHARS = "0123456789"
 
 
 def _asin(rng: random.Random, used: set[str]) -> str:
+    """Product ids like WebShop's ("b0...") but numeric: word tokenizers split digits, so a small model can
+    copy an id digit by digit instead of meeting 1,000 rare id tokens."""
     while True:
         a = "b0" + "".join(rng.choice(_ID_CHARS) for _ in range(4))
         if a not in used:
@@ -106,8 +108,8 @@ def _asin(rng: random.Random, used: set[str]) -> str:
 
 def generate_catalogue(num_products: int = 1000, seed: int = 0) -> list[dict[str, Any]]:
     """A deterministic catalogue spread evenly over WebShop's five categories."""
-    if num_products <= 0:
-        raise ValueError("env.num_products: must be positive")
+    if not 0 < num_products <= 5000:
+        raise ValueError(f"env.num_products: must lie in 1..5000, got {num_products}")
     rng = random.Random(seed)
     used: set[str] = set()
     cats = list(CATEGORIES)

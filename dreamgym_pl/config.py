@@ -68,6 +68,12 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
+    lam = _get(cfg, "curriculum.lambda_")
+    _require(isinstance(lam, (int, float)) and 0 <= lam <= 1, "curriculum.lambda_", f"must lie in [0, 1], got {lam!r}")
+    mv = _get(cfg, "curriculum.min_variance")
+    _require(isinstance(mv, (int, float)) and 0 < mv <= 0.25, "curriculum.min_variance", f"must lie in (0, 0.25], got {mv!r}")
+    for key in ("curriculum.num_seeds", "curriculum.num_clusters", "curriculum.max_words"):
+        _positive(cfg, key)
     _require(_get(cfg, "replay.embedder") in ("hashing", "minilm"), "replay.embedder", "must be hashing or minilm")
     _require(_get(cfg, "experience.annotator") in ("rule",), "experience.annotator",
              "must be rule (the teacher-LLM annotator is used through the API)")

@@ -101,3 +101,72 @@ class CurriculumState:
     generated: list[Task] = field(default_factory=list)
     rejected: int = 0
     shares: list[float] = field(default_factory=list)
+
+
+class Curriculum:
+    """Per-iteration task sampler for synthetic RL: values tasks by their group reward variance, asks the task
+    generator (the experience model as M_task) for variations of the highest-variance seeds, and mixes at
+    most a share lambda of generated tasks into each batch.
+
+    `generate(prompts) -> texts` is the generator; `embed(texts) -> array` groups tasks for PPO (no groups).
+    """
+
+    def __init__(self, original: Sequence[Task], generate, lam: float, min_variance: float, num_seeds: int,
+                 batch_size: int, seed: int = 0, algo: str = "grpo", embed=None, num_clusters: int = 8,
+                 max_words: int = 40, state: CurriculumState | None = None):
+        max_generated(batch_size, lam)  # validates lambda
+        self.original = list(original)
+        self.generate = generate
+        self.lam, self.min_variance, self.num_seeds = lam, min_variance, num_seeds
+        self.batch_size, self.algo, self.embed, self.num_clusters = batch_size, algo, embed, num_clusters
+        self.max_words = max_words
+        self.rng = random.Random(seed)
+        self.state = state or CurriculumState()
+        self.known = {t.instruction for t in self.original} | {t.instruction for t in self.state.generated}
+        self.last_logs: dict[str, float] = {}
+        self.last_new: list[Task] = []
+
+    def _values(self, trajs) -> dict[str, float]:
+        rewards = [t.final_reward for t in trajs]
+        if self.algo == "grpo":
+            return group_variances([t.task.task_id for t in trajs], rewards)
+        # PPO: cluster tasks by instruction embedding; each cluster is a group, its value is given to its tasks
+        uniq = list(dict.fromkeys(t.task.task_id for t in trajs))
+        instr = {t.task.task_id: t.task.instruction for t in trajs}
+        labels = cluster_groups(self.embed([instr[u] for u in uniq]), self.num_clusters) if self.embed else [0] * len(uniq)
+        lab = dict(zip(uniq, labels))
+        cv = group_variances([str(lab[t.task.task_id]) for t in trajs], rewards)
+        return {u: cv[str(lab[u])] for u in uniq}
+
+    def update(self, trajs) -> None:
+        by_id = {t.task.task_id: t.task for t in trajs}
+        values = self._values(trajs)
+        self.state.values.update(values)
+        self.last_new = []
+        seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.lam > 0 else []
+        if seeds:
+            prompts = [task_generation_prompt(by_id[s].instruction) for s in seeds]
+            for sid, text in zip(seeds, self.generate(prompts)):
+                instr = parse_generated_task(text, self.max_words)
+                if instr is None or instr in self.known:
+                    self.state.rejected += 1
+                    continue
+                parent = by_id[sid]
+                task = Task(task_id=f"gen-{len(self.state.generated)}", instruction=instr,
+                            goal={"generated": True, "parent_goal": parent.goal}, parent_id=parent.task_id,
+                            generation=parent.generation + 1)
+                self.known.add(instr)
+                self.state.generated.append(task)
+                self.last_new.append(task)
+        self.last_logs = {"curriculum/mean_variance": float(np.mean(list(values.values()))) if values else 0.0,
+                          "curriculum/num_generated": float(len(self.state.generated)),
+                          "curriculum/rejected": float(self.state.rejected), "curriculum/seeds": float(len(seeds))}
+
+    def sample(self, iteration: int, last_trajs) -> list[Task]:
+        if last_trajs:
+            self.update(last_trajs)
+        batch = mix_batch(self.original, self.state.generated, self.batch_size, self.lam, self.rng)
+        share = sum(1 for t in batch if t.parent_id is not None) / max(1, len(batch))
+        self.state.shares.append(share)
+        self.last_logs["curriculum/synthetic_share"] = share
+        return batch

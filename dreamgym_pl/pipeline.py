@@ -194,8 +194,10 @@ def stage_sft(run: Run) -> None:
     model, tok = run.load_policy()
     trajs = _sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, run.cfg.sft.batch_size, run.cfg.seed)
-    module = PolicyModule(model, tok, "sft", lr=run.cfg.sft.lr)
-    run.trainer("sft", max_epochs=run.cfg.sft.epochs).fit(module, loader)
+    c = run.cfg.sft
+    module = PolicyModule(model, tok, "sft", lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
+    run.trainer("sft", max_epochs=-1 if c.max_steps > 0 else c.epochs, max_steps=c.max_steps if c.max_steps > 0 else -1,
+                gradient_clip_val=1.0).fit(module, loader)
     _finish_policy_stage(run, "sft", module, {"sft/trajectories": len(trajs), "sft/samples": len(loader.dataset)})
 
 
@@ -337,15 +339,76 @@ def stage_experience(run: Run) -> None:
         model, tok = load_pretrained(run.cfg.model.name_or_path, run.cfg.model.dtype,
                                      run.cfg.model.trust_remote_code, lora=run.cfg.model.get("lora"))
     fmt = experience_format(run)
-    train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed)
+    gen_examples = task_generation_examples(run, tok)
+    train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
+                                                    extra=gen_examples)
     module = ExperienceModule(model, tok, lr=e.lr)
     run.trainer("experience", max_epochs=e.epochs).fit(module, train_dl, val_dl)
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(HFEngine(module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
-    run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer)})
+    run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+                "experience/task_generation_examples": len(gen_examples)})
     log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})
     run.state["experience"] = rel
     run.complete("experience")
+
+
+def task_generation_examples(run: Run, tok: Any) -> list:
+    """Teach the experience model the task-generator format (M_task shares its parameters): seed task ->
+    a related train task of the same category (the goal's category where the env has one)."""
+    from dreamgym_pl.curriculum import task_generation_prompt
+    from dreamgym_pl.policy.samples import StepSample
+
+    n = run.cfg.curriculum.train_examples
+    if n <= 0:
+        return []
+    tasks = run.env.tasks("train")
+    by_cat: dict[str, list] = {}
+    for t in tasks:
+        by_cat.setdefault(str(t.goal.get("category", "")), []).append(t)
+    rng = random.Random(run.cfg.seed)
+    out = []
+    for _ in range(n):
+        a = rng.choice(tasks)
+        pool = by_cat[str(a.goal.get("category", ""))]
+        b = rng.choice(pool)
+        if b.task_id == a.task_id and len(pool) > 1:
+            b = rng.choice([x for x in pool if x.task_id != a.task_id])
+        p = tok(task_generation_prompt(a.instruction), add_special_tokens=False)["input_ids"]
+        t = tok(f"<task> {b.instruction} </task>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        out.append(StepSample(p, t))
+    return out
+
+
+def make_curriculum(run: Run, senv: Any, algo: Any):
+    from dreamgym_pl.core import Task, from_dict, iter_jsonl
+    from dreamgym_pl.curriculum import Curriculum, CurriculumState
+    from dreamgym_pl.rollout.engine import SamplingParams
+
+    c = run.cfg.curriculum
+    params = SamplingParams(temperature=c.temperature, max_new_tokens=c.max_words + 8, stop=["</task>", "< / task >"])
+    generate = lambda prompts: [x.text for x in senv.engine.generate(prompts, params)]  # noqa: E731
+    embed = None
+    if algo.name == "ppo":
+        from dreamgym_pl.replay.embed import make_embedder
+
+        embed = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim).embed
+    state = None
+    sdir = run.dir / "curriculum"
+    if run.cfg.resume and (sdir / "state.json").exists():
+        raw = json.loads((sdir / "state.json").read_text())
+        gen = [from_dict(Task, d) for d in iter_jsonl(sdir / "generated_tasks.jsonl")] if (sdir / "generated_tasks.jsonl").exists() else []
+        state = CurriculumState(values=raw["values"], generated=gen, rejected=raw["rejected"], shares=raw["shares"])
+    return Curriculum(run.env.tasks("train"), generate, c.lambda_, c.min_variance, c.num_seeds,
+                      run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, algo.name, embed, c.num_clusters,
+                      c.max_words, state)
+
+
+def save_curriculum(run: Run, cur: Any) -> None:
+    sdir = run.dir / "curriculum"
+    st = cur.state
+    atomic_write_json(sdir / "state.json", {"values": st.values, "rejected": st.rejected, "shares": st.shares})
+    write_jsonl(sdir / "generated_tasks.jsonl", st.generated)
 
 
 def make_synthetic_env(run: Run, buffer):
@@ -375,10 +438,27 @@ def stage_synthetic_rl(run: Run) -> None:
     senv = make_synthetic_env(run, buffer)
     model, tok = run.load_policy()
     module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
+    cur = make_curriculum(run, senv, algo)
+
+    def on_iteration(it: int, trajs: list, logs: dict) -> None:
+        logs.update(cur.last_logs)
+        module.pending_logs.update(cur.last_logs)
+        if cur.last_new and module.logger is not None:
+            module.logger.experiment.add_text("curriculum/generated_tasks",
+                                              "\n\n".join(f"{t.task_id} (from {t.parent_id}): {t.instruction}"
+                                                           for t in cur.last_new[:8]), it)
+        save_curriculum(run, cur)
+
     stream = RolloutStream(module, senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget,
-                           cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic")
+                           cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic",
+                           on_iteration=on_iteration, task_sampler=cur.sample)
     run.trainer("synthetic_rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
     buffer.save(replay_path(run))
+    save_curriculum(run, cur)
+    shares = cur.state.shares
+    run.record({"curriculum/synthetic_share": sum(shares) / max(1, len(shares)),
+                "curriculum/max_share": max(shares) if shares else 0.0,
+                "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected})
     _plot_history(run, "synthetic_rl", stream.history)
     st = senv.stats
     gen = max(st["generate_s"], 1e-9)

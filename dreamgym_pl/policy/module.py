@@ -54,7 +54,7 @@ class AlgoConfig:
 
 class PolicyModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, mode: str, lr: float, algo: AlgoConfig | None = None,
-                 dpo_beta: float = 0.1, weight_decay: float = 0.0):
+                 dpo_beta: float = 0.1, weight_decay: float = 0.0, warmup_steps: int = 0, total_steps: int = 0):
         super().__init__()
         if mode not in ("sft", "grpo", "ppo", "dpo"):
             raise ValueError(f"unknown policy mode {mode!r}")
@@ -65,6 +65,7 @@ class PolicyModule(L.LightningModule):
         self.algo = algo or AlgoConfig()
         self.dpo_beta = dpo_beta
         self.weight_decay = weight_decay
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
         self.ref_model = None
         if (mode in ("grpo", "ppo") and self.algo.kl_coef > 0) or mode == "dpo":
             if not hasattr(model, "disable_adapter"):  # LoRA: the adapter-disabled base is the reference
@@ -169,4 +170,21 @@ class PolicyModule(L.LightningModule):
                    "weight_decay": self.weight_decay}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": self.algo.critic_lr, "weight_decay": 0.0})
-        return torch.optim.AdamW(groups, lr=self.lr)
+        opt = torch.optim.AdamW(groups, lr=self.lr)
+        if self.warmup_steps <= 0 and self.total_steps <= 0:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.warmup_steps, self.total_steps),
+                                                   "interval": "step"}}
+
+
+def warmup_cosine(opt: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over `warmup` steps, then cosine decay to 0 at `total` (constant if total <= 0)."""
+    import math
+
+    def f(step: int) -> float:
+        w = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+        if total <= 0:
+            return w
+        return w * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, f)

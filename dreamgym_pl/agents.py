@@ -107,7 +107,7 @@ class WebShopOracle(ScriptedAgent):
         if any(a.startswith("search[") for a in adm):
             return f"search[{goal_query(task)}]"
         for t in targets:
-            if t not in ("back to search", "next >", "< prev") and self._satisfies(t, task):
+            if t not in ("back to search", "next >", "< prev") and self._satisfies(obs.refs.get(t, t), task):
                 return f"click[{t}]"
         if "buy now" in targets:
             selected = set(re.findall(r"\(([^()]*)\):", obs.text))

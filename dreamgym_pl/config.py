@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 KNOWN_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "s2r", "eval")
-IMPLEMENTED_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "eval")
+IMPLEMENTED_STAGES = KNOWN_STAGES
 SCRIPTED_AGENTS = ("oracle", "random", "noisy_oracle")
 
 
@@ -80,7 +80,7 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     if "synthetic_rl" in stages and "experience" not in stages:
         _require(run_dir is not None and (Path(run_dir) / "checkpoints" / "experience" / "config.json").exists(),
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
-    for key in ("rl.real_budget", "sft.num_trajectories", "prompt.history", "algo.kl_coef", "algo.entropy_coef"):
+    for key in ("s2r.real_budget", "rl.real_budget", "sft.num_trajectories", "prompt.history", "algo.kl_coef", "algo.entropy_coef"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     agent = _get(cfg, "eval.agent")

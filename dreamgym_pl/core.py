@@ -33,6 +33,7 @@ class Observation:
 
     text: str
     admissible: list[str] = field(default_factory=list)
+    refs: dict[str, str] = field(default_factory=dict)  # env-side ids behind page handles (not shown to agents' LLMs)
 
 
 @dataclass

@@ -221,8 +221,7 @@ def algo_config(run: Run):
     return AlgoConfig(**OmegaConf.to_container(run.cfg.algo, resolve=True))
 
 
-def stage_rl(run: Run) -> None:
-    """GRPO/PPO against the real env from the current policy (the paper's real-env baselines)."""
+def _real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: int) -> None:
     from torch.utils.data import DataLoader
 
     from dreamgym_pl.data import RolloutStream
@@ -231,12 +230,40 @@ def stage_rl(run: Run) -> None:
     algo = algo_config(run)
     model, tok = run.load_policy()
     module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
-    stream = RolloutStream(module, run.env, run.env.tasks("train"), algo, run.prompt_cfg, run.cfg.rl.real_budget,
-                           run.cfg.rl.tasks_per_iter, run.cfg.rl.max_iters, seed=run.cfg.seed, source="real")
-    run.trainer("rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
-    _plot_history(run, "rl", stream.history)
-    _finish_policy_stage(run, "rl", module, {"rl/real_transitions": stream.consumed, "rl/iterations": stream.iteration})
+    stream = RolloutStream(module, run.env, run.env.tasks("train"), algo, run.prompt_cfg, budget, tasks_per_iter,
+                           max_iters, seed=run.cfg.seed, source="real", on_iteration=_text_logger(module))
+    run.trainer(stage, max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
+    _plot_history(run, stage, stream.history)
+    _finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": stream.consumed,
+                                              f"{stage}/iterations": stream.iteration})
     run.add_budget("real_transitions", stream.consumed)
+
+
+def _text_logger(module: Any, every: int = 5):
+    """An on_iteration hook that writes a few sampled trajectories to TensorBoard as text."""
+
+    def hook(it: int, trajs: list, logs: dict) -> None:
+        if it % every or module.logger is None:
+            return
+        lines = []
+        for t in trajs[:3]:
+            acts = " -> ".join(s.action for s in t.transitions)
+            lines.append(f"**{t.task.instruction}**  \n{acts}  \nreward {t.final_reward:.2f}")
+        module.logger.experiment.add_text("rollout/samples", "\n\n".join(lines), it)
+
+    return hook
+
+
+def stage_rl(run: Run) -> None:
+    """GRPO/PPO against the real env from the current policy (the paper's real-env baselines)."""
+    c = run.cfg.rl
+    _real_rl(run, "rl", c.real_budget, c.tasks_per_iter, c.max_iters)
+
+
+def stage_s2r(run: Run) -> None:
+    """DreamGym-S2R: continue RL in the real env with a small real budget after synthetic RL."""
+    c = run.cfg.s2r
+    _real_rl(run, "s2r", c.real_budget, c.tasks_per_iter, c.max_iters)
 
 
 def _finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, float]) -> None:
@@ -449,9 +476,15 @@ def stage_synthetic_rl(run: Run) -> None:
                                                            for t in cur.last_new[:8]), it)
         save_curriculum(run, cur)
 
+    text_hook = _text_logger(module)
+
+    def hooks(it: int, trajs: list, logs: dict) -> None:
+        on_iteration(it, trajs, logs)
+        text_hook(it, trajs, logs)
+
     stream = RolloutStream(module, senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget,
                            cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic",
-                           on_iteration=on_iteration, task_sampler=cur.sample)
+                           on_iteration=hooks, task_sampler=cur.sample)
     run.trainer("synthetic_rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
     buffer.save(replay_path(run))
     save_curriculum(run, cur)
@@ -479,6 +512,7 @@ STAGES: dict[str, Callable[[Run], None]] = {
     "rl": stage_rl,
     "experience": stage_experience,
     "synthetic_rl": stage_synthetic_rl,
+    "s2r": stage_s2r,
     "eval": stage_eval,
 }
 

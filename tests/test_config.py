@@ -4,7 +4,7 @@ from omegaconf import OmegaConf
 from dreamgym_pl.config import ConfigError, validate
 from tests.conftest import compose
 
-PRESETS = ["webshop_grpo", "webshop_ppo", "webshop_sft", "webshop_dpo"]
+PRESETS = ["webshop_grpo", "webshop_ppo", "webshop_sft", "webshop_dpo", "webshop_dreamgym", "webshop_s2r"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -50,10 +50,19 @@ def test_sft_without_offline_data(tmp_path):
         validate(cfg, tmp_path)
 
 
-def test_unimplemented_stage_is_clear(tmp_path):
-    cfg = compose(["stages=[collect,experience]"])
-    with pytest.raises(ConfigError, match="not implemented yet"):
+def test_synthetic_rl_needs_experience_model(tmp_path):
+    cfg = compose(["stages=[collect,sft,synthetic_rl]"])
+    with pytest.raises(ConfigError, match="experience model"):
         validate(cfg, tmp_path)
+
+
+@pytest.mark.parametrize("override,key", [("curriculum.lambda_=1.5", "curriculum.lambda_"),
+                                          ("curriculum.min_variance=0", "curriculum.min_variance"),
+                                          ("replay.embedder=bert", "replay.embedder"),
+                                          ("s2r.real_budget=-1", "s2r.real_budget")])
+def test_more_bad_values(override, key, tmp_path):
+    with pytest.raises(ConfigError, match=f"^{key}:"):
+        validate(compose([override]), tmp_path)
 
 
 def test_run_script_fails_before_work(tmp_path):

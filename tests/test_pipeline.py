@@ -8,7 +8,7 @@ from dreamgym_pl.core import Transition, read_jsonl
 from dreamgym_pl.pipeline import run_pipeline
 from tests.conftest import compose
 
-TINY = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "env.num_products=100", "env.num_test=50", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
         "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
@@ -45,8 +45,27 @@ def test_grpo_pipeline_tiny(tmp_path):
     assert m2["budget/real_transitions"] == m["budget/real_transitions"]  # nothing counted twice
 
 
+EXP = ["experience.max_transitions=150", "experience.judge_steps=12", "experience.max_new_tokens=40",
+       "synthetic_rl.synthetic_budget=40", "synthetic_rl.tasks_per_iter=4", "s2r.real_budget=30", "s2r.tasks_per_iter=4",
+       "curriculum.train_examples=20", "curriculum.max_words=12"]
+
+
+def test_s2r_pipeline_tiny(tmp_path):
+    """The main preset end to end: collect -> sft -> experience -> synthetic_rl (+curriculum) -> s2r -> eval."""
+    m = run_pipeline(compose(["conf=webshop_s2r", *TINY, *EXP, "curriculum.lambda_=0.5", "curriculum.min_variance=0.01"]),
+                     tmp_path)
+    assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
+    assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    for k in ("experience/reward_agreement", "sft/test_success_rate", "synthetic_rl/test_success_rate",
+              "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
+        assert k in m
+    assert m["curriculum/max_share"] <= 0.5
+    assert (tmp_path / "replay" / "CURRENT").exists() and (tmp_path / "curriculum" / "state.json").exists()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", ["webshop_ppo", "webshop_dpo"])
+@pytest.mark.parametrize("preset", ["webshop_ppo", "webshop_dpo", "webshop_dreamgym"])
 def test_other_presets_tiny(tmp_path, preset):
-    m = run_pipeline(compose([f"conf={preset}", *TINY]), tmp_path)
+    m = run_pipeline(compose([f"conf={preset}", *TINY, *EXP]), tmp_path)
     assert "eval/success_rate" in m

@@ -163,3 +163,19 @@ def test_real_webshop_file_loader(tmp_path):
         load_webshop_products(str(bad))
     with pytest.raises(DataError, match="env.products_file"):
         load_webshop_products(str(tmp_path / "missing.json"))
+
+
+def test_numbered_results_mode(shop):
+    env = WebShopEnv(shop, product_ids="index")
+    task = shop.tasks("test")[0]
+    env.reset(task)
+    r = env.step(f"search[{goal_query(task)}]")
+    assert "click[item 1]" in r.observation.admissible and "item 1 [SEP]" in r.observation.text
+    asin = r.observation.refs["item 1"]
+    r = env.step("click[item 1]")
+    assert shop.products[shop.by_asin[asin]]["Title"] in r.observation.text
+    with pytest.raises(ValueError, match="env.product_ids"):
+        WebShopEnv(shop, product_ids="bogus")
+    idx_env = make_vec_env("webshop", product_ids="index", num_products=200, num_test=100)
+    oracle = episode_stats(run_episodes(idx_env, idx_env.tasks("test"), make_agent("oracle", env=idx_env)))
+    assert oracle["success_rate"] >= 0.95

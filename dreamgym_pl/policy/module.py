@@ -58,7 +58,7 @@ class PolicyModule(L.LightningModule):
         super().__init__()
         if mode not in ("sft", "grpo", "ppo", "dpo"):
             raise ValueError(f"unknown policy mode {mode!r}")
-        self.model = model
+        self.model = model.train()
         self.tokenizer = tokenizer
         self.mode = mode
         self.lr = lr

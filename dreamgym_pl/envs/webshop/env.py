@@ -83,7 +83,11 @@ class _State:
 class WebShopEnv:
     """One episode at a time over a shared WebShopEngine."""
 
-    def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True):
+    def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
+                 product_ids: str = "asin"):
+        if product_ids not in ("asin", "index"):
+            raise ValueError(f"env.product_ids: must be asin or index, got {product_ids!r}")
+        self.product_ids = product_ids
         self.engine = engine
         self.max_steps = max_steps
         self.show_instruction = show_instruction
@@ -105,12 +109,17 @@ class WebShopEnv:
                 out.append(PREV)
             if s.page_no < n_pages:
                 out.append(NEXT)
-            return out + [e.products[i]["asin"] for i in self._page_results()]
+            return out + [self._handle(k, i) for k, i in enumerate(self._page_results())]
         if s.page == "item":
             p = e.products[s.item]
             opts = [v for vals in p["options"].values() for v in vals]
             return [BACK, PREV] + opts + list(SUBPAGES) + [BUY]
         return [BACK, PREV]
+
+    def _handle(self, k: int, i: int) -> str:
+        """How a listed product is named and clicked: its asin (WebShop) or `item k` (numbered elements, the
+        abstract state of the DreamGym paper; easier for small models than copying ids)."""
+        return self.engine.products[i]["asin"] if self.product_ids == "asin" else f"item {k + 1}"
 
     def _page_results(self) -> list[int]:
         s, n = self.state, self.engine.results_per_page
@@ -135,9 +144,9 @@ class WebShopEnv:
                     parts.append(PREV)
                 if NEXT in self._clickables():
                     parts.append(NEXT)
-                for i in self._page_results():
+                for k, i in enumerate(self._page_results()):
                     p = e.products[i]
-                    parts += [p["asin"], p["Title"], fmt_price(p["Price"])]
+                    parts += [self._handle(k, i), p["Title"], fmt_price(p["Price"])]
             elif s.page == "item":
                 p = e.products[s.item]
                 parts += [BACK, PREV]
@@ -155,7 +164,9 @@ class WebShopEnv:
                     parts += p["BulletPoints"]
                 else:
                     parts.append("no reviews yet")
-        return Observation(text=SEP.join(parts), admissible=adm)
+        refs = {self._handle(k, i): e.products[i]["asin"] for k, i in enumerate(self._page_results())} \
+            if s.page == "results" else {}
+        return Observation(text=SEP.join(parts), admissible=adm, refs=refs)
 
     # ----- episode ---------------------------------------------------------------------------------
     def reset(self, task: Task) -> Observation:
@@ -186,7 +197,8 @@ class WebShopEnv:
             elif target == PREV:
                 s.page_no -= 1
             else:
-                s.item, s.page, s.selected = e.by_asin[target], "item", {}
+                handles = {self._handle(k, i): i for k, i in enumerate(self._page_results())}
+                s.item, s.page, s.selected = handles[target], "item", {}
         elif s.page == "item":
             p = e.products[s.item]
             if target == PREV:
@@ -249,8 +261,10 @@ def get_engine(num_products: int = 1000, seed: int = 0, goals_per_product: int =
 
 
 @register("webshop")
-def make_webshop(max_steps: int = 15, show_instruction: bool = True, **engine_kwargs: Any) -> SerialVecEnv:
+def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
+                 **engine_kwargs: Any) -> SerialVecEnv:
     engine = get_engine(**engine_kwargs)
-    vec = SerialVecEnv(lambda: WebShopEnv(engine, max_steps, show_instruction), engine.tasks, max_steps)
+    WebShopEnv(engine, max_steps, show_instruction, product_ids)  # validates the arguments now
+    vec = SerialVecEnv(lambda: WebShopEnv(engine, max_steps, show_instruction, product_ids), engine.tasks, max_steps)
     vec.engine = engine  # type: ignore[attr-defined]
     return vec

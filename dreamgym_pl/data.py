@@ -102,7 +102,8 @@ class RolloutStream(IterableDataset):
                  gen_batch: int = 64, seed: int = 0, source: str = "real",
                  on_iteration: Callable[[int, list[Trajectory], dict[str, float]], None] | None = None,
                  task_sampler: Callable[[int, list[Trajectory] | None], list[Task]] | None = None,
-                 max_prompt_tokens: int = 1024):
+                 max_prompt_tokens: int = 1024, checkpoint: Callable[["RolloutStream"], None] | None = None,
+                 checkpoint_every: int = 0, resume_state: dict | None = None):
         self.module, self.env, self.tasks, self.algo = module, env, list(tasks), algo
         self.prompt_cfg, self.budget, self.tasks_per_iter = prompt_cfg, budget, tasks_per_iter
         self.max_iters, self.gen_batch, self.seed, self.source = max_iters, gen_batch, seed, source
@@ -112,6 +113,15 @@ class RolloutStream(IterableDataset):
         self.consumed = 0
         self.iteration = 0
         self.history: list[dict[str, float]] = []
+        self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
+        self.resume_state = resume_state
+        if resume_state:  # continue a killed stage from its last checkpoint
+            self.consumed = int(resume_state["consumed"])
+            self.iteration = int(resume_state["iteration"])
+            self.history = list(resume_state.get("history", []))
+
+    def state(self) -> dict:
+        return {"consumed": self.consumed, "iteration": self.iteration, "history": self.history}
 
     def _default_tasks(self, it: int) -> list[Task]:
         rng = random.Random(self.seed * 100003 + it)
@@ -153,9 +163,15 @@ class RolloutStream(IterableDataset):
         engine = HFEngine(module.model, module.tokenizer, micro_batch=self.gen_batch)
         params = SamplingParams(temperature=algo.temperature, top_p=algo.top_p, max_new_tokens=algo.max_new_tokens, stop=["]"])
         actor = PolicyActor(engine, self.prompt_cfg, params)
-        rng = random.Random(self.seed)
         last: list[Trajectory] | None = None
+        if self.resume_state and self.resume_state.get("optimizer") is not None:
+            module.trainer.optimizers[0].load_state_dict(self.resume_state["optimizer"])
         while self.consumed < self.budget and self.iteration < self.max_iters:
+            # every batch of the previous iteration has been trained on here: a consistent point to save
+            if self.checkpoint and self.checkpoint_every and self.iteration % self.checkpoint_every == 0 \
+                    and last is not None:
+                self.checkpoint(self)
+            rng = random.Random(self.seed * 7919 + self.iteration)
             tasks = self.task_sampler(self.iteration, last) if self.task_sampler else self._default_tasks(self.iteration)
             rollout_tasks = [t for t in tasks for _ in range(algo.group_size)]
             engine.load_weights(module.model)

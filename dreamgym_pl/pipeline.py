@@ -221,17 +221,77 @@ def algo_config(run: Run):
     return AlgoConfig(**OmegaConf.to_container(run.cfg.algo, resolve=True))
 
 
+def _resume_dir(run: Run, stage: str) -> Path:
+    return run.dir / "checkpoints" / stage / "resume"
+
+
+def _save_rl_checkpoint(run: Run, stage: str, stream: Any, extra: Callable[[], None] | None = None) -> None:
+    """Weights, optimizer and stream counters of an RL stage, written to a new version folder and committed
+    by an atomic swap of the CURRENT pointer (a kill mid-save leaves the previous checkpoint)."""
+    from dreamgym_pl.models import save_model
+
+    root = _resume_dir(run, stage)
+    root.mkdir(parents=True, exist_ok=True)
+    vdir = root / f"it-{stream.iteration:06d}"
+    module = stream.module
+    save_model(module.model, module.tokenizer, vdir)
+    torch.save(module.trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
+    if module.value_head is not None:
+        torch.save(module.value_head.state_dict(), vdir / "value_head.pt")
+    atomic_write_json(vdir / "stream.json", stream.state())
+    if extra:
+        extra()
+    tmp = root / "CURRENT.tmp"
+    tmp.write_text(vdir.name)
+    os.replace(tmp, root / "CURRENT")
+    for d in root.glob("it-*"):
+        if d.name != vdir.name:
+            import shutil
+
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
+    """(model, tokenizer, stream state) from the stage's last checkpoint when resuming, else the current policy."""
+    from dreamgym_pl.models import load_pretrained
+
+    cur = _resume_dir(run, stage) / "CURRENT"
+    if run.cfg.resume and cur.exists():
+        vdir = cur.parent / cur.read_text().strip()
+        model, tok = load_pretrained(vdir, run.cfg.model.get("dtype", "float32"))
+        state = json.loads((vdir / "stream.json").read_text())
+        state["optimizer"] = torch.load(vdir / "optimizer.pt", weights_only=True)
+        vh = vdir / "value_head.pt"
+        state["value_head"] = torch.load(vh, weights_only=True) if vh.exists() else None
+        log.info("%s: resuming from iteration %d (%d transitions consumed)", stage, state["iteration"], state["consumed"])
+        return model, tok, state
+    model, tok = run.load_policy()
+    return model, tok, None
+
+
+def _rl_module(run: Run, model: Any, tok: Any, algo: Any, state: dict | None):
+    from dreamgym_pl.policy.module import PolicyModule
+
+    # on resume the KL reference stays the stage's starting policy, not the checkpoint
+    ref = run.load_policy()[0] if state and (algo.kl_coef > 0) else None
+    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo, ref_model=ref)
+    if state and state.get("value_head") is not None and module.value_head is not None:
+        module.value_head.load_state_dict(state["value_head"])
+    return module
+
+
 def _real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: int) -> None:
     from torch.utils.data import DataLoader
 
     from dreamgym_pl.data import RolloutStream
-    from dreamgym_pl.policy.module import PolicyModule
 
     algo = algo_config(run)
-    model, tok = run.load_policy()
-    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
+    model, tok, state = _load_rl_checkpoint(run, stage)
+    module = _rl_module(run, model, tok, algo, state)
     stream = RolloutStream(module, run.env, run.env.tasks("train"), algo, run.prompt_cfg, budget, tasks_per_iter,
-                           max_iters, seed=run.cfg.seed, source="real", on_iteration=_text_logger(module))
+                           max_iters, seed=run.cfg.seed, source="real", on_iteration=_text_logger(module),
+                           checkpoint=lambda s: _save_rl_checkpoint(run, stage, s),
+                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state)
     run.trainer(stage, max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
     _plot_history(run, stage, stream.history)
     _finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": stream.consumed,
@@ -463,8 +523,8 @@ def stage_synthetic_rl(run: Run) -> None:
     cfg = run.cfg.synthetic_rl
     buffer = load_replay(run)
     senv = make_synthetic_env(run, buffer)
-    model, tok = run.load_policy()
-    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo)
+    model, tok, state = _load_rl_checkpoint(run, "synthetic_rl")
+    module = _rl_module(run, model, tok, algo, state)
     cur = make_curriculum(run, senv, algo)
 
     def on_iteration(it: int, trajs: list, logs: dict) -> None:
@@ -474,7 +534,6 @@ def stage_synthetic_rl(run: Run) -> None:
             module.logger.experiment.add_text("curriculum/generated_tasks",
                                               "\n\n".join(f"{t.task_id} (from {t.parent_id}): {t.instruction}"
                                                            for t in cur.last_new[:8]), it)
-        save_curriculum(run, cur)
 
     text_hook = _text_logger(module)
 
@@ -484,7 +543,10 @@ def stage_synthetic_rl(run: Run) -> None:
 
     stream = RolloutStream(module, senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget,
                            cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic",
-                           on_iteration=hooks, task_sampler=cur.sample)
+                           on_iteration=hooks, task_sampler=cur.sample,
+                           checkpoint=lambda st: _save_rl_checkpoint(run, "synthetic_rl", st, lambda: (
+                               buffer.save(replay_path(run)), save_curriculum(run, cur))),
+                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state)
     run.trainer("synthetic_rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
     buffer.save(replay_path(run))
     save_curriculum(run, cur)

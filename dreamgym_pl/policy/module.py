@@ -54,7 +54,8 @@ class AlgoConfig:
 
 class PolicyModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, mode: str, lr: float, algo: AlgoConfig | None = None,
-                 dpo_beta: float = 0.1, weight_decay: float = 0.0, warmup_steps: int = 0, total_steps: int = 0):
+                 dpo_beta: float = 0.1, weight_decay: float = 0.0, warmup_steps: int = 0, total_steps: int = 0,
+                 ref_model: Any | None = None):
         super().__init__()
         if mode not in ("sft", "grpo", "ppo", "dpo"):
             raise ValueError(f"unknown policy mode {mode!r}")
@@ -69,7 +70,7 @@ class PolicyModule(L.LightningModule):
         self.ref_model = None
         if (mode in ("grpo", "ppo") and self.algo.kl_coef > 0) or mode == "dpo":
             if not hasattr(model, "disable_adapter"):  # LoRA: the adapter-disabled base is the reference
-                self.ref_model = copy.deepcopy(model).eval()
+                self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
                 for p in self.ref_model.parameters():
                     p.requires_grad_(False)
         self.value_head = None

@@ -1,10 +1,10 @@
 # Two commands do all set-up on a fresh machine:
-#   make run    creates .venv, installs, runs the main job (conf=webshop_grpo on the embedded default, CPU)
+#   make run    creates .venv, installs, runs the main job (conf=webshop_s2r on the embedded default, CPU)
 #   make test   creates .venv, installs, runs the test suite
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-CONF ?= webshop_grpo
+CONF ?= webshop_s2r
 ARGS ?=
 
 .PHONY: install run test test-all clean

@@ -1,0 +1,69 @@
+"""Synthetic-environment throughput: synthetic transitions per second, the share of step time spent in
+retrieval, prompt building and parsing (beside generation), and real-env steps per second for scale.
+
+Uses a run directory's trained experience model and replay buffer (`--run-dir D`, after the experience
+stage), driving the synthetic env with the run's SFT policy on train goals.
+
+    python experiments/bench_synthetic.py --run-dir outputs/<run> [--episodes 64] [--batch 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from dreamgym_pl.models import load_pretrained  # noqa: E402
+from dreamgym_pl.pipeline import Run, load_replay, make_synthetic_env  # noqa: E402
+from dreamgym_pl.rollout.actor import PolicyActor  # noqa: E402
+from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
+from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+    d = Path(args.run_dir)
+    cfg = OmegaConf.load(d / ".hydra" / "config.yaml")
+    cfg.resume = True
+    run = Run(cfg, d)
+    buffer = load_replay(run)
+    senv = make_synthetic_env(run, buffer)
+    senv.enrich = False
+    policy, tok = load_pretrained(d / "checkpoints" / "sft")
+    actor = PolicyActor(HFEngine(policy, tok), run.prompt_cfg, SamplingParams(temperature=1.0, max_new_tokens=16, stop=["]"]))
+    tasks = run.env.tasks("train")[: args.episodes]
+    t0 = time.perf_counter()
+    syn = run_episodes(senv, tasks, actor, batch_size=args.batch, source="synthetic")
+    syn_s = time.perf_counter() - t0
+    n_syn = sum(len(t.transitions) for t in syn)
+    st = senv.stats
+    env_s = st["retrieval_s"] + st["prompt_s"] + st["generate_s"] + st["parse_s"]
+    t0 = time.perf_counter()
+    real = run_episodes(run.env, tasks, actor, batch_size=args.batch, source="real")
+    real_s = time.perf_counter() - t0
+    n_real = sum(len(t.transitions) for t in real)
+    print(f"replay entries: {len(buffer)}; experience prompts k={senv.fmt.k}, history={senv.fmt.history}")
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| synthetic transitions/s (policy + experience model) | {n_syn / syn_s:.1f} |")
+    print(f"| real transitions/s (policy + built-in WebShop) | {n_real / real_s:.1f} |")
+    print(f"| synthetic env step time: generation | {st['generate_s']:.2f} s |")
+    for k in ("retrieval_s", "prompt_s", "parse_s"):
+        print(f"| synthetic env step time: {k[:-2]} (share of generation) | {st[k]:.3f} s ({100 * st[k] / st['generate_s']:.1f}%) |")
+    over = st["retrieval_s"] + st["prompt_s"] + st["parse_s"]
+    print(f"| overhead beside generation, total | {100 * over / st['generate_s']:.1f}% of generation, "
+          f"{100 * over / env_s:.1f}% of the env step |")
+    print(f"| invalid (unparseable) outputs | {st['invalid_outputs']} of {st['steps']} steps |")
+
+
+if __name__ == "__main__":
+    main()

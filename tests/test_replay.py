@@ -107,3 +107,12 @@ def test_load_dim_mismatch(tmp_path):
     buf.save(tmp_path / "r")
     with pytest.raises(ValueError, match="dim"):
         ReplayBuffer.load(tmp_path / "r", HashingEmbedder(32))
+
+
+def test_minilm_embedder_offline():
+    from dreamgym_pl.replay.embed import MiniLMEmbedder
+
+    e = MiniLMEmbedder()
+    v = e.embed(["buy red lipstick", "purchase a red lipstick", "office chair with wheels"])
+    assert v.shape == (3, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert v[0] @ v[1] > v[0] @ v[2]

@@ -17,7 +17,9 @@ from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
-ATOMIC_WORDS = ["[SEP]"]  # page separators stay one token (not "[", "sep", "]")
+# page separators and the experience/task-generation tags stay one token each (not "<", "next", "_", ...)
+ATOMIC_WORDS = ["[SEP]"] + [f"<{s}{t}>" for t in ("reasoning", "next_state", "actions", "reward", "done", "task")
+                            for s in ("", "/")]
 
 
 def train_word_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> PreTrainedTokenizerFast:

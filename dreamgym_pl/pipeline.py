@@ -429,8 +429,11 @@ def stage_experience(run: Run) -> None:
     gen_examples = task_generation_examples(run, tok)
     train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
                                                     extra=gen_examples)
-    module = ExperienceModule(model, tok, lr=e.lr)
-    run.trainer("experience", max_epochs=e.epochs).fit(module, train_dl, val_dl)
+    module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps)
+    run.trainer("experience", max_epochs=-1 if e.max_steps > 0 else e.epochs,
+                max_steps=e.max_steps if e.max_steps > 0 else -1, gradient_clip_val=1.0,
+                val_check_interval=min(200, e.max_steps) if e.max_steps > 0 else None,
+                check_val_every_n_epoch=None if e.max_steps > 0 else 1).fit(module, train_dl, val_dl)
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(HFEngine(module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
     run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),

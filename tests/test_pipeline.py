@@ -45,7 +45,7 @@ def test_grpo_pipeline_tiny(tmp_path):
     assert m2["budget/real_transitions"] == m["budget/real_transitions"]  # nothing counted twice
 
 
-EXP = ["experience.max_transitions=150", "experience.judge_steps=12", "experience.max_new_tokens=40",
+EXP = ["experience.max_transitions=150", "experience.max_steps=5", "experience.warmup_steps=1", "experience.judge_steps=12", "experience.max_new_tokens=40",
        "synthetic_rl.synthetic_budget=40", "synthetic_rl.tasks_per_iter=4", "s2r.real_budget=30", "s2r.tasks_per_iter=4",
        "curriculum.train_examples=20", "curriculum.max_words=12"]
 

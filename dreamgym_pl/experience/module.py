@@ -23,9 +23,11 @@ from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
 
 
 class ExperienceModule(L.LightningModule):
-    def __init__(self, model: Any, tokenizer: Any, lr: float = 1e-3, weight_decay: float = 0.0):
+    def __init__(self, model: Any, tokenizer: Any, lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 0,
+                 total_steps: int = 0):
         super().__init__()
-        self.model = model
+        self.model = model.train()
+        self.warmup_steps, self.total_steps = warmup_steps, total_steps
         self.tokenizer = tokenizer
         self.lr = lr
         self.weight_decay = weight_decay
@@ -44,8 +46,14 @@ class ExperienceModule(L.LightningModule):
                  batch_size=batch["input_ids"].shape[0])
 
     def configure_optimizers(self):
-        return torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.lr,
-                                 weight_decay=self.weight_decay)
+        from dreamgym_pl.policy.module import warmup_cosine
+
+        opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.lr,
+                                weight_decay=self.weight_decay)
+        if self.warmup_steps <= 0 and self.total_steps <= 0:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.warmup_steps, self.total_steps),
+                                                   "interval": "step"}}
 
 
 def demos_for(buffer: ReplayBuffer | None, t: Transition, k: int, exclude_episode: bool = True) -> list[Transition]:

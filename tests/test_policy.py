@@ -30,9 +30,12 @@ def _batch(tok, module, advs, ref=True):
     return batch
 
 
-def _seq_logp(module, batch):
+def _action_logp(module, batch):
+    """log-prob of the token that tells the two actions apart ("a" vs "b"); shared tokens are left out."""
     lp = module.logprobs(batch)
-    return (lp * batch["loss_mask"]).sum(-1)
+    ids = batch["input_ids"]
+    j = int((ids[0] != ids[1]).nonzero()[0])
+    return lp[:, j - 1]
 
 
 def test_collate_masks_prompt_and_padding(tiny):
@@ -50,9 +53,9 @@ def test_collate_masks_prompt_and_padding(tiny):
 def test_grpo_step_moves_logprobs(tiny):
     model, tok = tiny
     model = copy.deepcopy(model)
-    module = PolicyModule(model, tok, "grpo", lr=1e-2, algo=AlgoConfig(kl_coef=0.01, entropy_coef=0.0))
+    module = PolicyModule(model, tok, "grpo", lr=1e-3, algo=AlgoConfig(kl_coef=0.01, entropy_coef=0.0))
     batch = _batch(tok, module, [1.0, -1.0])
-    before = _seq_logp(module, batch)
+    before = _action_logp(module, batch)
     opt = module.configure_optimizers()
     module.log_dict = lambda *a, **k: None
     module.log = lambda *a, **k: None
@@ -60,7 +63,7 @@ def test_grpo_step_moves_logprobs(tiny):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    after = _seq_logp(module, batch)
+    after = _action_logp(module, batch)
     assert after[0] > before[0]  # positive advantage: up
     assert after[1] < before[1]  # negative advantage: down
 

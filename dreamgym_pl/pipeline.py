@@ -102,11 +102,17 @@ class Run:
             trajs = []
             for name in ("oracle", "random"):
                 trajs += run_episodes(self.env, tasks, make_agent(name, self.cfg.seed, env=self.env), batch_size=64)
+        from dreamgym_pl.experience.annotate import rule_based_reasoning
+        from dreamgym_pl.curriculum import task_generation_prompt
+
         for t in trajs:
             for s in t.transitions:
-                texts += [s.state.text, s.action, s.next_state.text]
+                texts += [s.state.text, s.action, s.next_state.text, rule_based_reasoning(s)]
+        # every word the prompts and targets use must be in the vocabulary (an <unk> is dropped on decode)
         texts += ["click[back to search]", "click[next >]", "click[< prev]", "click[buy now]", "search[x]",
-                  "<think> </think> <action> </action> task : did : seen : observation : admissible : action :"]
+                  "<think> </think> <action> </action> task : did : seen : observation : admissible : action :",
+                  "example : state : action : next : reward : done : predict : true false | 0.00 1.00 ...",
+                  task_generation_prompt("x"), "invalid transition: the environment could not continue"]
         return texts
 
     def load_policy(self, path: str | None = None) -> tuple[Any, Any]:

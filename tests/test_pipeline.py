@@ -69,3 +69,18 @@ def test_s2r_pipeline_tiny(tmp_path):
 def test_other_presets_tiny(tmp_path, preset):
     m = run_pipeline(compose([f"conf={preset}", *TINY, *EXP]), tmp_path)
     assert "eval/success_rate" in m
+
+
+def test_tiny_tokenizer_covers_the_experience_format(tmp_path):
+    """Words of targets must be in the vocabulary: an <unk> is dropped on decode and breaks parsing."""
+    from dreamgym_pl.experience.format import ExperienceFormat, build_target
+    from dreamgym_pl.pipeline import Run
+
+    run = Run(compose(["env=webshop_tiny", "env.num_products=100", "env.num_test=50", *TINY[:6]]), tmp_path)
+    _, tok = run.load_policy()
+    from dreamgym_pl.core import Observation
+
+    target = build_target(Observation("search", ["search[...]", "click[item 1]"]), 0.5, False,
+                          "searching for red tea lists the best matching products ranked by relevance", ExperienceFormat())
+    ids = tok(target, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids

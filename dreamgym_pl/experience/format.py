@@ -72,9 +72,22 @@ def build_target(next_state: Observation, reward: float, done: bool, reasoning: 
     return " ".join(parts)
 
 
+TAGS = ("reasoning", "next_state", "actions", "reward", "done")
+
+
 def _tag(text: str, name: str) -> str | None:
+    """Content of `<name> ... </name>`; a missing closing tag ends the content at the next opening tag of
+    the format (or the end), since small models often drop closing tags but keep the order."""
     m = re.search(rf"<\s*{name}\s*>(.*?)<\s*/\s*{name}\s*>", text, re.DOTALL | re.IGNORECASE)
-    return m.group(1) if m else None
+    if m:
+        return m.group(1)
+    m = re.search(rf"<\s*{name}\s*>", text, re.IGNORECASE)
+    if not m:
+        return None
+    rest = text[m.end():]
+    others = "|".join(t for t in TAGS if t != name)
+    nxt = re.search(rf"<\s*/?\s*(?:{others})\s*>", rest, re.IGNORECASE)
+    return rest[: nxt.start()] if nxt else rest
 
 
 def _detok(s: str) -> str:
@@ -100,13 +113,15 @@ def parse_output(text: str) -> ParsedStep:
             errors.append("reward")
         else:
             try:
-                reward = float(reward_s.replace(" ", ""))
+                num = re.search(r"-?\d[\d\s]*(?:\.\s*[\d\s]*\d)?", reward_s)
+                reward = float(num.group(0).replace(" ", "")) if num else float(reward_s.replace(" ", ""))
                 if not math.isfinite(reward):
                     raise ValueError
                 reward = min(1.0, max(0.0, reward))
             except ValueError:
                 errors.append("reward")
-        done_v = (done_s or "").strip().lower()
+        dm = re.search(r"\b(true|false)\b", (done_s or "").lower())
+        done_v = dm.group(1) if dm else ""
         if done_v not in ("true", "false"):
             errors.append("done")
         if errors:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from dreamgym_pl.core import Observation, Transition
+from dreamgym_pl.rollout.prompts import history_lines
 
 INVALID_STATE = "invalid transition: the environment could not continue"
 
@@ -50,11 +51,7 @@ def build_prompt(instruction: str, history: Sequence[tuple[str, str]], demos: Se
     for d in list(demos)[: fmt.k]:
         parts.append(f"example : state : {_words(d.state.text, fmt.demo_words)} action : {d.action} "
                      f"next : {_words(d.next_state.text, fmt.demo_words)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
-    hist = list(history)[-fmt.history:] if fmt.history > 0 else []
-    for o, a in hist:
-        if fmt.history_obs_words > 0:
-            parts.append(f"seen : {_words(o, fmt.history_obs_words)}")
-        parts.append(f"did : {a}")
+    parts += history_lines(history, fmt.history, fmt.history_obs_words)
     parts.append(f"state : {_words(state.text, fmt.state_words)}")
     parts.append(f"action : {action}")
     parts.append("predict :")

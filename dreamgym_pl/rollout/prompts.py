@@ -33,16 +33,23 @@ def truncate_words(text: str, n: int) -> str:
     return text if len(words) <= n else " ".join(words[:n]) + " ..."
 
 
+def history_lines(history: Sequence[tuple[str, str]], n: int, obs_words: int) -> list[str]:
+    """The last n (observation, action) pairs as `seen : ...` / `did : ...` lines (shared by the agent and
+    experience-model prompts)."""
+    lines = []
+    for o, a in (list(history)[-n:] if n > 0 else []):
+        if obs_words > 0:
+            lines.append(f"seen : {truncate_words(o, obs_words)}")
+        lines.append(f"did : {a}")
+    return lines
+
+
 def build_prompt(task: Task, history: Sequence[tuple[str, str]], obs: Observation, cfg: PromptConfig) -> str:
     parts = []
     if cfg.think:
         parts.append(THINK_INSTRUCTION)
     parts.append(f"task : {task.instruction}")
-    past = list(history)[-cfg.history:] if cfg.history > 0 else []
-    for o, a in past:
-        if cfg.history_obs_words > 0:
-            parts.append(f"seen : {truncate_words(o, cfg.history_obs_words)}")
-        parts.append(f"did : {a}")
+    parts += history_lines(history, cfg.history, cfg.history_obs_words)
     parts.append(f"observation : {truncate_words(obs.text, cfg.max_obs_words)}")
     if cfg.show_admissible and obs.admissible:
         parts.append("admissible : " + " , ".join(obs.admissible))

@@ -65,7 +65,8 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
                 "replay.dim", "replay.capacity", "synthetic_rl.tasks_per_iter"):
         if _get(cfg, key) is not None:
             _positive(cfg, key)
-    for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget"):
+    for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget",
+                "eval.curve_every", "eval.curve_goals"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     lam = _get(cfg, "curriculum.lambda_")

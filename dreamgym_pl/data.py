@@ -203,9 +203,9 @@ class RolloutStream(IterableDataset):
                 "rollout/iteration": float(self.iteration),
             }
             module.pending_logs = dict(logs)
-            self.history.append(dict(logs))
-            if self.on_iteration:
+            if self.on_iteration:  # hooks may add to logs (curriculum, test curve) before they are recorded
                 self.on_iteration(self.iteration, trajs, logs)
+            self.history.append(dict(logs))
             self.iteration += 1
             for _ in range(algo.ppo_epochs):
                 order = list(range(len(batches)))

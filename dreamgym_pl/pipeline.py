@@ -47,9 +47,10 @@ def atomic_write_json(path: Path, data: Any) -> None:
 class Run:
     """State of one run directory: config, env, metrics, completed stages, current policy."""
 
-    def __init__(self, cfg: DictConfig, run_dir: str | Path):
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, callbacks: list | None = None):
         self.cfg = cfg
         self.dir = Path(run_dir)
+        self.callbacks = list(callbacks or [])  # extra Lightning callbacks for every stage (e.g. sweep pruning)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics: dict[str, float] = {}
         self.state: dict[str, Any] = {"completed": [], "policy": None}
@@ -148,13 +149,17 @@ class Run:
         kwargs = dict(logger=TensorBoardLogger(str(self.dir / "tb"), name=stage, version=""),
                       enable_checkpointing=False, log_every_n_steps=1, strategy=strategy,
                       enable_model_summary=False, **tcfg)
+        if self.callbacks:
+            kwargs["callbacks"] = list(tcfg.get("callbacks") or []) + self.callbacks
         kwargs.update(overrides)
         return L.Trainer(**kwargs)
 
-    def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False) -> dict[str, float]:
+    def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False,
+                 num_goals: int | None = None) -> dict[str, float]:
         from dreamgym_pl.data import evaluate_policy
 
-        tasks = self.env.tasks(self.cfg.eval.split)[: self.cfg.eval.num_goals]
+        n = self.cfg.eval.num_goals if num_goals is None else num_goals
+        tasks = self.env.tasks(self.cfg.eval.split)[:n]
         return evaluate_policy(model, tokenizer, self.env, tasks, self.prompt_cfg, self.cfg.algo.max_new_tokens,
                                self.cfg.eval.batch_size, progress=progress)
 
@@ -295,7 +300,8 @@ def _real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: 
     model, tok, state = _load_rl_checkpoint(run, stage)
     module = _rl_module(run, model, tok, algo, state)
     stream = RolloutStream(module, run.env, run.env.tasks("train"), algo, run.prompt_cfg, budget, tasks_per_iter,
-                           max_iters, seed=run.cfg.seed, source="real", on_iteration=_text_logger(module),
+                           max_iters, seed=run.cfg.seed, source="real",
+                           on_iteration=_hooks(_text_logger(module), _test_curve(run, module)),
                            checkpoint=lambda s: _save_rl_checkpoint(run, stage, s),
                            checkpoint_every=run.cfg.checkpoint_every, resume_state=state)
     run.trainer(stage, max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
@@ -320,6 +326,32 @@ def _text_logger(module: Any, every: int = 5):
     return hook
 
 
+def _test_curve(run: Run, module: Any):
+    """An on_iteration hook that, every `eval.curve_every` iterations, evaluates the current policy greedily on
+    the first `eval.curve_goals` test goals (before this iteration's update) and adds `test/success_rate`
+    and `test/mean_score` to the iteration's logs: the curve of test success against transitions."""
+    every, goals = int(run.cfg.eval.curve_every), int(run.cfg.eval.curve_goals)
+
+    def hook(it: int, trajs: list, logs: dict) -> None:
+        if every <= 0 or it % every:
+            return
+        was_training = module.model.training
+        res = run.evaluate(module.model, module.tokenizer, num_goals=goals)
+        module.model.train(was_training)
+        logs.update({"test/success_rate": res["success_rate"], "test/mean_score": res["mean_score"]})
+        module.pending_logs.update({"test/success_rate": res["success_rate"], "test/mean_score": res["mean_score"]})
+
+    return hook
+
+
+def _hooks(*hooks: Any):
+    def run_all(it: int, trajs: list, logs: dict) -> None:
+        for h in hooks:
+            h(it, trajs, logs)
+
+    return run_all
+
+
 def stage_rl(run: Run) -> None:
     """GRPO/PPO against the real env from the current policy (the paper's real-env baselines)."""
     c = run.cfg.rl
@@ -342,8 +374,11 @@ def _finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, flo
 
 
 def _plot_history(run: Run, stage: str, history: list[dict[str, float]]) -> None:
+    """history/<stage>.json (one dict of logs per iteration) and plots/<stage>_rollouts.png."""
     if not history:
         return
+    (run.dir / "history").mkdir(exist_ok=True)
+    (run.dir / "history" / f"{stage}.json").write_text(json.dumps(history, indent=0))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -351,7 +386,11 @@ def _plot_history(run: Run, stage: str, history: list[dict[str, float]]) -> None
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     x = [h.get("budget/real_transitions", h.get("budget/synthetic_transitions", i)) for i, h in enumerate(history)]
-    axes[0].plot(x, [h["rollout/success_rate"] for h in history], marker="o")
+    axes[0].plot(x, [h["rollout/success_rate"] for h in history], marker="o", label="rollouts")
+    tested = [(xi, h["test/success_rate"]) for xi, h in zip(x, history) if "test/success_rate" in h]
+    if tested:
+        axes[0].plot(*zip(*tested), marker="s", color="tab:green", label="test (greedy)")
+        axes[0].legend(fontsize=7)
     axes[0].set(xlabel="transitions consumed", ylabel="rollout success rate", title=f"{stage}: success")
     axes[1].plot(x, [h["rollout/mean_score"] for h in history], marker="o", color="tab:orange")
     axes[1].set(xlabel="transitions consumed", ylabel="rollout mean score", title=f"{stage}: score")
@@ -544,12 +583,7 @@ def stage_synthetic_rl(run: Run) -> None:
                                               "\n\n".join(f"{t.task_id} (from {t.parent_id}): {t.instruction}"
                                                            for t in cur.last_new[:8]), it)
 
-    text_hook = _text_logger(module)
-
-    def hooks(it: int, trajs: list, logs: dict) -> None:
-        on_iteration(it, trajs, logs)
-        text_hook(it, trajs, logs)
-
+    hooks = _hooks(on_iteration, _text_logger(module), _test_curve(run, module))
     stream = RolloutStream(module, senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget,
                            cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic",
                            on_iteration=hooks, task_sampler=cur.sample,
@@ -588,12 +622,13 @@ STAGES: dict[str, Callable[[Run], None]] = {
 }
 
 
-def run_pipeline(cfg: DictConfig, run_dir: str | Path) -> dict[str, float]:
-    """Validate the config, then run each requested stage not already completed (with resume=true)."""
+def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = None) -> dict[str, float]:
+    """Validate the config, then run each requested stage not already completed (with resume=true).
+    `callbacks`: extra Lightning callbacks attached to every training stage's Trainer."""
     config_checks.validate(cfg, run_dir)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    run = Run(cfg, run_dir)
+    run = Run(cfg, run_dir, callbacks)
     for stage in cfg.stages:
         if cfg.resume and stage in run.state["completed"]:
             log.info("stage %s: already completed, skipped (resume)", stage)

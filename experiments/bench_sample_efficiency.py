@@ -1,13 +1,17 @@
 """Sample efficiency in the shape of the paper's Tables 1-2, measured in one run.
 
-From the same SFT start (per seed), train and evaluate on the fixed test goals:
+One SFT start (collect + SFT, seed 0) and one experience model per ablation are trained once; then, for each
+seed, every variant copies its start directory and runs its RL stages with that seed (rollout sampling, task
+order, curriculum), so all variants of a seed start from identical weights:
   real-GRPO   real-env GRPO with budget B real transitions
   DreamGym    synthetic RL only (0 real transitions after the offline data)
-  S2R         DreamGym + real-env GRPO with at most 0.1*B real transitions
-  ablations of DreamGym: no replay retrieval (replay.k=0), no reasoning, no task generation (lambda=0)
-Each variant copies the seed's SFT run directory and resumes from it, so all start from identical weights.
+  S2R         DreamGym (the same seed's run) + real-env GRPO with at most 0.1*B real transitions
+  ablations of DreamGym: no replay retrieval (replay.k=0), no reasoning (experience.reasoning=false),
+  no task generation (curriculum.lambda_=0; the same experience model as DreamGym)
+Each RL stage evaluates the greedy policy on the first `eval.curve_goals` test goals every `eval.curve_every`
+iterations (the curves) and on `eval.num_goals` test goals at its end (the table).
 
-    python experiments/bench_sample_efficiency.py --seeds 0 1 2 --budget 6000 --out outputs/bench_se
+    python experiments/bench_sample_efficiency.py --seeds 0 1 2 --budget 6000 --synthetic 2000
     python experiments/bench_sample_efficiency.py --quick          # one seed, small budgets (smoke run)
 """
 
@@ -28,6 +32,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from dreamgym_pl.pipeline import run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+PRE = "stages=[collect,sft"
 
 
 def cfg(overrides: list[str]):
@@ -35,53 +40,97 @@ def cfg(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
-def variants(budget: int, synth: int) -> dict[str, list[str]]:
-    s2r_budget = budget // 10
-    exp = ["stages=[collect,sft,experience,synthetic_rl,eval]", f"synthetic_rl.synthetic_budget={synth}"]
+# experience-model starts: name -> overrides (trained once, after the SFT start)
+STARTS = {"exp": [], "exp_noreplay": ["replay.k=0"], "exp_noreason": ["experience.reasoning=false"]}
+
+
+def variants(budget: int, synth: int) -> dict[str, tuple[str, list[str], str]]:
+    """name -> (start directory, overrides, stage whose final test metrics are the result)."""
+    syn = [PRE + ",experience,synthetic_rl]", f"synthetic_rl.synthetic_budget={synth}"]
     return {
-        "real-GRPO": ["stages=[collect,sft,rl,eval]", f"rl.real_budget={budget}"],
-        "DreamGym": exp,
-        "DreamGym-S2R": ["stages=[collect,sft,experience,synthetic_rl,s2r,eval]", f"synthetic_rl.synthetic_budget={synth}",
-                         f"s2r.real_budget={s2r_budget}"],
-        "DreamGym w/o replay": exp + ["replay.k=0"],
-        "DreamGym w/o reasoning": exp + ["experience.reasoning=false"],
-        "DreamGym w/o task generation": exp + ["curriculum.lambda_=0"],
+        "real-GRPO": ("sft_start", [PRE + ",rl]", f"rl.real_budget={budget}"], "rl"),
+        "DreamGym": ("exp", syn, "synthetic_rl"),
+        "DreamGym-S2R": ("DreamGym", [PRE + ",experience,synthetic_rl,s2r]", f"synthetic_rl.synthetic_budget={synth}",
+                                      f"s2r.real_budget={budget // 10}"], "s2r"),
+        "DreamGym w/o replay": ("exp_noreplay", syn + STARTS["exp_noreplay"], "synthetic_rl"),
+        "DreamGym w/o reasoning": ("exp_noreason", syn + STARTS["exp_noreason"], "synthetic_rl"),
+        "DreamGym w/o task generation": ("exp", syn + ["curriculum.lambda_=0"], "synthetic_rl"),
     }
+
+
+def slug(name: str) -> str:
+    return name.replace(" ", "_").replace("/", "")
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if not dst.exists():
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("tb"))
+        tmp.rename(dst)
+
+
+def _done(d: Path, stage: str) -> bool:
+    f = d / "stages.json"
+    return f.exists() and stage in json.loads(f.read_text())["completed"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--budget", type=int, default=6000, help="B: real transitions of real-env GRPO")
-    ap.add_argument("--synthetic", type=int, default=4000, help="synthetic transitions of DreamGym's RL")
+    ap.add_argument("--synthetic", type=int, default=2000, help="synthetic transitions of DreamGym's RL")
     ap.add_argument("--out", default="outputs/bench_sample_efficiency")
     ap.add_argument("--only", nargs="*", default=None, help="run only these variants")
-    ap.add_argument("--quick", action="store_true", help="one seed, small budgets")
+    ap.add_argument("--quick", action="store_true", help="one seed, small budgets, short training")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    extra = []
     if args.quick:
-        args.seeds, args.budget, args.synthetic = [0], 1200, 800
+        args.seeds, args.budget, args.synthetic = [0], 600, 300
+        extra = ["sft.max_steps=60", "experience.max_steps=60", "collect.agents.oracle=40",
+                 "collect.agents.noisy_oracle=40", "collect.agents.random=20", "experience.judge_steps=20"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = ["env=webshop_tiny", "eval.num_goals=100", *args.overrides]
+    base = ["env=webshop_tiny", "resume=true", *extra, *args.overrides]
+    t_start = time.perf_counter()
+    start = out / "sft_start"
+    if not _done(start, "sft"):
+        run_pipeline(cfg(base + ["seed=0", PRE + "]"]), start)
+    table_v = variants(args.budget, args.synthetic)
+    wanted = [n for n in table_v if not args.only or n in args.only]
+    needed = {"exp" if table_v[w][0] == "DreamGym" else table_v[w][0] for w in wanted}
+    for name, ov in STARTS.items():
+        if name in needed:
+            _copy(start, out / name)
+            if not _done(out / name, "experience"):
+                run_pipeline(cfg(base + ["seed=0", PRE + ",experience]", *ov]), out / name)
     results: dict[str, list[dict]] = {}
     for seed in args.seeds:
-        start = out / f"seed{seed}" / "sft_start"
-        if not (start / "stages.json").exists() or "sft" not in json.loads((start / "stages.json").read_text())["completed"]:
-            run_pipeline(cfg(base + [f"seed={seed}", "stages=[collect,sft]", "resume=true"]), start)
-        for name, ov in variants(args.budget, args.synthetic).items():
-            if args.only and name not in args.only:
-                continue
-            d = out / f"seed{seed}" / name.replace(" ", "_").replace("/", "")
-            if not d.exists():
-                shutil.copytree(start, d, ignore=shutil.ignore_patterns("tb"))
+        for name in wanted:
+            src, ov, stage = table_v[name]
+            src_dir = out / src
+            if src == "DreamGym":  # S2R continues this seed's DreamGym run (or trains it itself)
+                src_dir = out / f"seed{seed}" / slug(src)
+                src_dir = src_dir if _done(src_dir, "synthetic_rl") else out / "exp"
+            d = out / f"seed{seed}" / slug(name)
+            _copy(src_dir, d)
             t0 = time.perf_counter()
-            m = run_pipeline(cfg(base + [f"seed={seed}", "resume=true", *ov]), d)
-            m = dict(m, wall_s=time.perf_counter() - t0)
-            results.setdefault(name, []).append(m)
+            m = run_pipeline(cfg(base + [f"seed={seed}", *ov]), d)
+            hist = []
+            for st in ("synthetic_rl", "s2r") if name == "DreamGym-S2R" else (stage,):
+                f = d / "history" / f"{st}.json"
+                hist += [dict(h, stage=st) for h in json.loads(f.read_text())] if f.exists() else []
+            r = {"seed": seed, "success": m[f"{stage}/test_success_rate"], "score": m[f"{stage}/test_mean_score"],
+                 "real": m.get("rl/real_transitions", 0) + m.get("s2r/real_transitions", 0),
+                 "synthetic": m.get("synthetic_rl/synthetic_transitions", 0), "sft_success": m["sft/test_success_rate"],
+                 "wall_s": time.perf_counter() - t0, "history": hist}
+            results.setdefault(name, []).append(r)
             (out / "results.json").write_text(json.dumps(results, indent=1))
-            print(f"[seed {seed}] {name}: success {m['eval/success_rate']:.3f}", flush=True)
-    table(results, out)
+            print(f"[seed {seed}] {name}: test success {r['success']:.3f} (real {r['real']:.0f}, "
+                  f"synthetic {r['synthetic']:.0f})", flush=True)
+    table(results, out, time.perf_counter() - t_start)
+    plots(results, out)
 
 
 def _ms(xs: list[float]) -> str:
@@ -90,37 +139,61 @@ def _ms(xs: list[float]) -> str:
     return f"{100 * statistics.mean(xs):.1f} ± {100 * statistics.stdev(xs):.1f}"
 
 
-def table(results: dict[str, list[dict]], out: Path) -> None:
-    sft = [r["sft/test_success_rate"] for rs in results.values() for r in rs[:1]]
+def table(results: dict[str, list[dict]], out: Path, wall_s: float) -> None:
+    first = next(iter(results.values()))
     lines = ["| method | real transitions (RL) | synthetic transitions | test success % | test score % |",
-             "|---|---|---|---|---|"]
-    if sft:
-        lines.append(f"| SFT start | 0 | 0 | {_ms(sft[:1] if len(sft) == 1 else sft)} | |")
+             "|---|---|---|---|---|",
+             f"| SFT start | 0 | 0 | {100 * first[0]['sft_success']:.1f} | |"]
     for name, rs in results.items():
-        real = statistics.mean(r.get("rl/real_transitions", 0) + r.get("s2r/real_transitions", 0) for r in rs)
-        syn = statistics.mean(r.get("budget/synthetic_transitions", 0) for r in rs)
-        lines.append(f"| {name} | {real:,.0f} | {syn:,.0f} | {_ms([r['eval/success_rate'] for r in rs])} | "
-                     f"{_ms([r['eval/mean_score'] for r in rs])} |")
+        lines.append(f"| {name} | {statistics.mean(r['real'] for r in rs):,.0f} | "
+                     f"{statistics.mean(r['synthetic'] for r in rs):,.0f} | {_ms([r['success'] for r in rs])} | "
+                     f"{_ms([r['score'] for r in rs])} |")
+    n = len(first)
+    lines.append(f"\n{n} seed{'s' * (n > 1)} (mean ± std over seeds); total wall time {wall_s / 60:.0f} min")
     text = "\n".join(lines)
     print(text)
     (out / "table.md").write_text(text + "\n")
+
+
+def plots(results: dict[str, list[dict]], out: Path) -> None:
+    """success_vs_real.png (final test success against real transitions) and curves.png (test success on the
+    curve goals against training iteration and against real transitions, seed 0 of each variant)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, rs in results.items():
-            real = [r.get("rl/real_transitions", 0) + r.get("s2r/real_transitions", 0) for r in rs]
-            ax.scatter(real, [r["eval/success_rate"] for r in rs], label=name)
-        ax.set(xlabel="real transitions consumed in RL", ylabel="test success rate", title="success vs real data")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "success_vs_real.png", dpi=100)
-        plt.close(fig)
-    except Exception as e:  # plotting must not lose the table
-        print(f"plot failed: {e}")
+    except ImportError as e:  # plotting must not lose the table
+        print(f"no plots: {e}")
+        return
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, rs in results.items():
+        ax.errorbar([statistics.mean(r["real"] for r in rs)], [statistics.mean(r["success"] for r in rs)],
+                    yerr=[statistics.stdev(r["success"] for r in rs) if len(rs) > 1 else 0], fmt="o", capsize=3,
+                    label=name)
+    ax.axhline(next(iter(results.values()))[0]["sft_success"], color="gray", ls=":", label="SFT start")
+    ax.set(xlabel="real transitions consumed in RL", ylabel="test success rate", title="success vs real data")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "success_vs_real.png", dpi=100)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rs in results.items():
+        h = [x for x in rs[0]["history"] if "test/success_rate" in x]
+        if not h:
+            continue
+        steps = [i for i, x in enumerate(rs[0]["history"]) if "test/success_rate" in x]
+        axes[0].plot(steps, [x["test/success_rate"] for x in h], marker="o", label=name)
+        real = [x.get("budget/real_transitions", 0) if x["stage"] != "synthetic_rl" else 0 for x in h]
+        axes[1].plot(real, [x["test/success_rate"] for x in h], marker="o", label=name)
+    axes[0].set(xlabel="RL iteration (synthetic, then real for S2R)", ylabel="test success (curve goals)",
+                title="test success vs training step")
+    axes[1].set(xlabel="real transitions consumed", ylabel="test success (curve goals)",
+                title="test success vs real transitions")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ class ExperienceModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite experience loss ({float(loss)}) at step {self.global_step}")
         self.log("experience/train_loss", loss, prog_bar=True, on_step=True, batch_size=batch["input_ids"].shape[0])
         return loss
 

@@ -156,6 +156,8 @@ class PolicyModule(L.LightningModule):
                 vl = losses.value_loss(v, batch["old_values"], batch["returns"], a.vf_clip)
                 loss = loss + a.vf_coef * vl
                 logs["losses/value"] = vl.detach()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite {self.mode} loss ({float(loss)}) at step {self.global_step}")
         self.train_tokens += int(batch["attention_mask"].sum())
         elapsed = time.perf_counter() - self._t0
         logs["perf/train_tokens_per_s"] = self.train_tokens / max(elapsed, 1e-9)

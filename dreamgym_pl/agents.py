@@ -47,7 +47,7 @@ class ScriptedAgent:
 
 
 class RandomAgent(ScriptedAgent):
-    """Uniform over admissible actions; searches with 2-4 random instruction words."""
+    """Uniform over admissible actions; searches with 2-4 random instruction words (WebShop)."""
 
     name = "random"
 
@@ -55,6 +55,8 @@ class RandomAgent(ScriptedAgent):
         self.rng = random.Random(seed)
 
     def act_one(self, slot: int, obs: Observation) -> str:
+        if obs.admissible and not any(a.startswith(("click[", "search[")) for a in obs.admissible):
+            return self.rng.choice(obs.admissible)  # a text game: any admissible command
         clicks = [a for a in obs.admissible if a.startswith("click[")]
         can_search = any(a.startswith("search[") for a in obs.admissible)
         if can_search and (not clicks or self.rng.random() < 0.5):
@@ -153,7 +155,10 @@ class NoisyOracle(ScriptedAgent):
 
 
 def make_agent(name: str, seed: int = 0, eps: float = 0.3, env: object | None = None) -> ScriptedAgent:
-    """A scripted agent; `env` (optional) lends the oracle its catalogue to judge listed products."""
+    """A scripted agent. An `env` with a `scripted_agent(name, seed, eps)` method supplies its own (TextWorld:
+    the walkthrough oracle); for WebShop, `env` lends the oracle its catalogue to judge listed products."""
+    if env is not None and hasattr(env, "scripted_agent"):
+        return env.scripted_agent(name, seed, eps)
     engine = getattr(env, "engine", None)
     catalogue = {p["asin"]: p for p in engine.products} if engine is not None and hasattr(engine, "products") else None
     if name == "oracle":

@@ -110,6 +110,7 @@ class Run:
             for s in t.transitions:
                 texts += [s.state.text, s.action, s.next_state.text, rule_based_reasoning(s)]
         # every word the prompts and targets use must be in the vocabulary (an <unk> is dropped on decode)
+        texts += list(getattr(self.env, "corpus", lambda: [])())
         texts += ["click[back to search]", "click[next >]", "click[< prev]", "click[buy now]", "search[x]",
                   "<think> </think> <action> </action> task : did : seen : observation : admissible : action :",
                   "example : state : action : next : reward : done : predict : true false | 0.00 1.00 ...",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import statistics
 import sys
@@ -85,6 +86,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one seed, small budgets, short training")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     extra = []
     if args.quick:
         args.seeds, args.budget, args.synthetic = [0], 600, 300

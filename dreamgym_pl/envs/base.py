@@ -75,8 +75,7 @@ def register(name: str):
 
 
 def make_vec_env(name: str, **kwargs: Any) -> VecEnv:
-    # import built-in environments so that they register themselves
-    from dreamgym_pl.envs import webshop  # noqa: F401
+    _register_builtins()
 
     if name not in _REGISTRY:
         raise KeyError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
@@ -84,6 +83,11 @@ def make_vec_env(name: str, **kwargs: Any) -> VecEnv:
 
 
 def known_envs() -> list[str]:
-    from dreamgym_pl.envs import webshop  # noqa: F401
-
+    _register_builtins()
     return sorted(_REGISTRY)
+
+
+def _register_builtins() -> None:
+    """Import the built-in environments so that they register themselves (their heavy dependencies, such
+    as the textworld package, are imported only when one is made)."""
+    from dreamgym_pl.envs import textworld, webshop  # noqa: F401

@@ -1,7 +1,8 @@
 """Reasoning traces for offline transitions (the teacher traces R*_t of the paper's Eq. 5).
 
-- `rule_based_reasoning`: for the built-in WebShop, from the environment's ground truth: what the action
-  did, and for a purchase which goal attributes / options / price the product met and the resulting reward.
+- `rule_based_reasoning`: from the environment's ground truth. WebShop: what the action did, and for a
+  purchase which goal attributes / options / price the product met and the resulting reward. TextWorld /
+  ALFWorld: what the command changed and why the score moved (`envs/textworld.textworld_reasoning`).
 - `TeacherAnnotator`: a teacher LLM through a GenerationEngine, for environments without ground truth; its
   prompt gives the task, the success flag and the trajectory and asks for a one-line explanation per step.
 """
@@ -16,6 +17,15 @@ from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
 
 
 def rule_based_reasoning(t: Transition) -> str:
+    """The ground-truth reasoning trace of a transition, by environment (task id prefix)."""
+    if t.task.task_id.startswith(("tw-", "alfworld-")):
+        from dreamgym_pl.envs.textworld import textworld_reasoning
+
+        return textworld_reasoning(t)
+    return webshop_reasoning(t)
+
+
+def webshop_reasoning(t: Transition) -> str:
     info = t.info
     if info.get("invalid"):
         return "the action is not available on this page so the page stays and nothing is bought"

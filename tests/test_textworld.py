@@ -134,3 +134,21 @@ def test_alfworld_without_data_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     with pytest.raises(GameDataError, match="ALFWORLD_DATA"):
         make_alfworld()
+
+
+@pytest.mark.slow
+def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
+    """conf=textworld_s2r end to end at the smallest scale (TextWorld games, experience model, S2R)."""
+    from dreamgym_pl.pipeline import run_pipeline
+    from tests.conftest import compose
+    from tests.test_pipeline import EXP, TINY
+
+    tiny = [o for o in TINY if not o.startswith("env.")]
+    env = ["env.num_train=4", "env.num_test=2", "env.nb_rooms=2", "env.nb_objects=4", "env.quest_length=2",
+           f"env.cache_dir={tw_cache}", "env.progress=false", "env.max_steps=6", "eval.num_goals=2"]
+    m = run_pipeline(compose(["conf=textworld_s2r", *tiny, *EXP, *env, "collect.agents.oracle=8",
+                              "collect.agents.noisy_oracle=4", "collect.agents.random=4"]), tmp_path)
+    assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
+        assert 0.0 <= m[k] <= 1.0

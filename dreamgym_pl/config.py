@@ -76,6 +76,20 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     for key in ("curriculum.num_seeds", "curriculum.num_clusters", "curriculum.max_words"):
         _positive(cfg, key)
     _require(_get(cfg, "replay.embedder") in ("hashing", "minilm"), "replay.embedder", "must be hashing or minilm")
+    engine = _get(cfg, "engine.name") or "hf"
+    _require(engine in ("hf", "vllm"), "engine.name", f"must be hf or vllm, got {engine!r}")
+    if engine == "vllm":  # fail before any work when vLLM or a GPU is missing
+        from dreamgym_pl.rollout.vllm_engine import import_vllm
+
+        try:
+            import_vllm()
+        except RuntimeError as e:
+            raise ConfigError(f"engine.name: {e}") from e
+    strategy = _get(cfg, "trainer.strategy")
+    target = strategy.get("_target_", "") if isinstance(strategy, DictConfig) else str(strategy or "")
+    if "deepspeed" in target.lower():
+        _require(_get(cfg, "trainer.accelerator") in ("gpu", "cuda", "auto"), "trainer.accelerator",
+                 "DeepSpeed runs on CUDA GPUs only (Lightning refuses it on CPU); use trainer=cpu here")
     _require(_get(cfg, "experience.annotator") in ("rule",), "experience.annotator",
              "must be rule (the teacher-LLM annotator is used through the API)")
     if "synthetic_rl" in stages and "experience" not in stages:

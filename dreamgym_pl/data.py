@@ -16,13 +16,14 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from dreamgym_pl import dist
 from dreamgym_pl.core import Task, Trajectory
 from dreamgym_pl.envs.base import VecEnv
 from dreamgym_pl.policy import losses
 from dreamgym_pl.policy.module import AlgoConfig, PolicyModule
 from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
 from dreamgym_pl.rollout.actor import PolicyActor
-from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+from dreamgym_pl.rollout.collector import episode_sums, run_episodes, stats_from_sums
 from dreamgym_pl.rollout.engine import HFEngine, SamplingParams
 from dreamgym_pl.rollout.prompts import PromptConfig
 
@@ -88,12 +89,15 @@ def step_rewards(traj: Trajectory, algo: AlgoConfig) -> list[float]:
 
 
 def evaluate_policy(model: Any, tokenizer: Any, env: VecEnv, tasks: Sequence[Task], prompt_cfg: PromptConfig,
-                    max_new_tokens: int = 16, batch_size: int = 64, progress: bool | str = False) -> dict[str, float]:
-    """Greedy policy on `tasks` (one episode each): success rate, mean score, invalid-action rate."""
-    engine = HFEngine(model, tokenizer, micro_batch=batch_size)
+                    max_new_tokens: int = 16, batch_size: int = 64, progress: bool | str = False,
+                    engine: Any = None) -> dict[str, float]:
+    """Greedy policy on `tasks` (one episode each): success rate, mean score, invalid-action rate. Under
+    data parallelism each rank plays its share of the tasks and the counts are summed."""
+    engine = engine or HFEngine(model, tokenizer, micro_batch=batch_size)
     actor = PolicyActor(engine, prompt_cfg, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=["]"]))
-    trajs = run_episodes(env, tasks, actor, batch_size=batch_size, source="eval", progress=progress)
-    return episode_stats(trajs)
+    mine = dist.shard(tasks)
+    trajs = run_episodes(env, mine, actor, batch_size=batch_size, source="eval", progress=progress) if mine else []
+    return stats_from_sums(dist.all_sum(episode_sums(trajs)))
 
 
 class RolloutStream(IterableDataset):
@@ -103,18 +107,22 @@ class RolloutStream(IterableDataset):
                  on_iteration: Callable[[int, list[Trajectory], dict[str, float]], None] | None = None,
                  task_sampler: Callable[[int, list[Trajectory] | None], list[Task]] | None = None,
                  max_prompt_tokens: int = 1024, checkpoint: Callable[["RolloutStream"], None] | None = None,
-                 checkpoint_every: int = 0, resume_state: dict | None = None):
+                 checkpoint_every: int = 0, resume_state: dict | None = None,
+                 engine_factory: Callable[[Any, Any], Any] | None = None):
         self.module, self.env, self.tasks, self.algo = module, env, list(tasks), algo
         self.prompt_cfg, self.budget, self.tasks_per_iter = prompt_cfg, budget, tasks_per_iter
         self.max_iters, self.gen_batch, self.seed, self.source = max_iters, gen_batch, seed, source
         self.on_iteration = on_iteration
         self.task_sampler = task_sampler
         self.max_prompt_tokens = max_prompt_tokens
-        self.consumed = 0
+        self.consumed = 0  # transitions of all ranks
+        self.local_consumed = 0  # this rank's
+        self.rank_log: list[list[str]] = []  # task ids this rank rolled out, per iteration
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         self.checkpoint, self.checkpoint_every = checkpoint, checkpoint_every
         self.resume_state = resume_state
+        self.engine_factory = engine_factory
         if resume_state:  # continue a killed stage from its last checkpoint
             self.consumed = int(resume_state["consumed"])
             self.iteration = int(resume_state["iteration"])
@@ -122,6 +130,17 @@ class RolloutStream(IterableDataset):
 
     def state(self) -> dict:
         return {"consumed": self.consumed, "iteration": self.iteration, "history": self.history}
+
+    def _iteration_tasks(self, last: list[Trajectory] | None) -> list[Task]:
+        """The iteration's tasks, identical on every rank: the default sampler is seeded by the iteration; a
+        task sampler (the curriculum) runs on rank 0 over every rank's trajectories and is broadcast."""
+        if not self.task_sampler:
+            return self._default_tasks(self.iteration)
+        if dist.world() == 1:
+            return self.task_sampler(self.iteration, last)
+        every = [t for part in dist.all_gather_objects(last) if part for t in part] if last is not None else None
+        tasks = self.task_sampler(self.iteration, every) if dist.is_main() else None
+        return dist.all_gather_objects(tasks)[0]
 
     def _default_tasks(self, it: int) -> list[Task]:
         rng = random.Random(self.seed * 100003 + it)
@@ -160,7 +179,8 @@ class RolloutStream(IterableDataset):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         module, algo = self.module, self.algo
-        engine = HFEngine(module.model, module.tokenizer, micro_batch=self.gen_batch)
+        engine = (self.engine_factory(module.model, module.tokenizer) if self.engine_factory
+                  else HFEngine(module.model, module.tokenizer, micro_batch=self.gen_batch))
         params = SamplingParams(temperature=algo.temperature, top_p=algo.top_p, max_new_tokens=algo.max_new_tokens, stop=["]"])
         actor = PolicyActor(engine, self.prompt_cfg, params)
         last: list[Trajectory] | None = None
@@ -172,30 +192,43 @@ class RolloutStream(IterableDataset):
                     and last is not None:
                 self.checkpoint(self)
             rng = random.Random(self.seed * 7919 + self.iteration)
-            tasks = self.task_sampler(self.iteration, last) if self.task_sampler else self._default_tasks(self.iteration)
-            rollout_tasks = [t for t in tasks for _ in range(algo.group_size)]
+            tasks = self._iteration_tasks(last)
+            mine = dist.shard(tasks)  # data parallel: each rank rolls out its share of the tasks (all G each)
+            if not mine:
+                raise ValueError(f"tasks_per_iter ({len(tasks)}) must be >= the number of ranks ({dist.world()})")
+            self.rank_log.append([t.task_id for t in mine])
+            rollout_tasks = [t for t in mine for _ in range(algo.group_size)]
             engine.load_weights(module.model)
             t0 = time.perf_counter()
             tok0 = engine.generated_tokens
             trajs = run_episodes(self.env, rollout_tasks, actor, batch_size=self.gen_batch, source=self.source)
             gen_s = time.perf_counter() - t0
+            if hasattr(engine, "sleep"):
+                engine.sleep()  # colocated engines give the trainer their memory until the next rollouts
             last = trajs
-            stats = episode_stats(trajs)
+            sums = episode_sums(trajs)
+            rets = [trajectory_return(t, algo) for t in trajs]
+            tot = dist.all_sum(sums + [sum(rets)])
+            stats = stats_from_sums(tot[:5])
+            self.local_consumed += int(sums[4])
             self.consumed += int(stats["transitions"])
             samples = self._build_samples(trajs)
             rng.shuffle(samples)
             batches = []
-            for i in range(0, len(samples), algo.mini_batch_size):
-                b = collate(samples[i:i + algo.mini_batch_size], module.tokenizer.pad_token_id)
+            n_batches = dist.all_max(-(-len(samples) // algo.mini_batch_size))  # equal on every rank (DDP)
+            for j in range(n_batches):
+                chunk = samples[j::n_batches]
+                b = collate(chunk or samples[:1], module.tokenizer.pad_token_id)
+                if not chunk:  # this rank has fewer samples: a batch that contributes no gradient
+                    b["loss_mask"] = torch.zeros_like(b["loss_mask"])
                 b["old_logp"] = module.logprobs(b)
                 if algo.kl_coef > 0:
                     b["ref_logp"] = module.logprobs(b, reference=True)
                 batches.append(b)
-            rets = [trajectory_return(t, algo) for t in trajs]
             logs = {
                 "rollout/success_rate": stats["success_rate"],
                 "rollout/mean_score": stats["mean_score"],
-                "rollout/mean_return": sum(rets) / max(1, len(rets)),
+                "rollout/mean_return": tot[5] / max(1.0, tot[0]),
                 "rollout/invalid_action_rate": stats["invalid_action_rate"],
                 "rollout/mean_steps": stats["mean_steps"],
                 f"budget/{self.source}_transitions": float(self.consumed),

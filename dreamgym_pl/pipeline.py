@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dreamgym_pl import config as config_checks
 from dreamgym_pl.agents import make_agent
+from dreamgym_pl import dist
 from dreamgym_pl.core import Trajectory, group_trajectories, read_jsonl, Transition, write_jsonl
 from dreamgym_pl.envs.base import make_vec_env
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes
@@ -63,6 +64,7 @@ class Run:
         self.env = make_vec_env(cfg.env.name, **env_kwargs)
         self.prompt_cfg = PromptConfig(**OmegaConf.to_container(cfg.prompt, resolve=True))
         self._model_cache: tuple[str, Any, Any] | None = None
+        self._engines: dict[str, Any] = {}
 
     # ----- bookkeeping ---------------------------------------------------------------------------
     @property
@@ -71,7 +73,8 @@ class Run:
 
     def record(self, values: dict[str, float]) -> None:
         self.metrics.update({k: float(v) for k, v in values.items()})
-        atomic_write_json(self.dir / "metrics.json", self.metrics)
+        if dist.is_main():  # every rank keeps the metrics; rank 0 writes them
+            atomic_write_json(self.dir / "metrics.json", self.metrics)
 
     def add_budget(self, key: str, n: float) -> None:
         self.record({f"budget/{key}": self.metrics.get(f"budget/{key}", 0.0) + float(n)})
@@ -81,7 +84,8 @@ class Run:
             self.state["completed"].append(stage)
         if policy is not None:
             self.state["policy"] = policy
-        atomic_write_json(self.dir / "stages.json", self.state)
+        if dist.is_main():
+            atomic_write_json(self.dir / "stages.json", self.state)
 
     def offline_trajectories(self) -> list[Trajectory]:
         return group_trajectories(read_jsonl(self.offline_path, Transition))
@@ -126,6 +130,10 @@ class Run:
             return model, tok
         mcfg = OmegaConf.to_container(self.cfg.model, resolve=True)
         corpus = self.tokenizer_corpus() if mcfg["name_or_path"] == "tiny" else None
+        if dist.world() > 1:  # rank 0 builds and saves the base model, the others load it
+            if dist.is_main():
+                get_base_model(mcfg, self.dir, corpus, self.cfg.seed)
+            dist.barrier()
         return get_base_model(mcfg, self.dir, corpus, self.cfg.seed)
 
     def save_policy(self, model: Any, tokenizer: Any, stage: str) -> str:
@@ -133,7 +141,9 @@ class Run:
 
         rel = f"checkpoints/{stage}"
         target = model.merge_and_unload() if hasattr(model, "merge_and_unload") and self.cfg.model.get("merge_lora", False) else model
-        save_model(target, tokenizer, self.dir / rel)
+        if dist.is_main():
+            save_model(target, tokenizer, self.dir / rel)
+        dist.barrier()
         return rel
 
     def trainer(self, stage: str, **overrides: Any):
@@ -155,6 +165,20 @@ class Run:
         kwargs.update(overrides)
         return L.Trainer(**kwargs)
 
+    def engine_for(self, role: str, model: Any, tokenizer: Any) -> Any:
+        """The generation engine of `role` (policy / experience), built once per run from `cfg.engine` and
+        synced to `model`'s current weights on every call (HF: shares the module; vLLM: pushes weights)."""
+        from dreamgym_pl.rollout.engine import make_engine
+
+        eng = self._engines.get(role)
+        if eng is None or (getattr(eng, "tokenizer", tokenizer) is not tokenizer):
+            if eng is not None and hasattr(eng, "close"):
+                eng.close()
+            eng = self._engines[role] = make_engine(self.cfg.engine, model, tokenizer)
+        else:
+            eng.load_weights(model)
+        return eng
+
     def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False,
                  num_goals: int | None = None) -> dict[str, float]:
         from dreamgym_pl.data import evaluate_policy
@@ -162,7 +186,8 @@ class Run:
         n = self.cfg.eval.num_goals if num_goals is None else num_goals
         tasks = self.env.tasks(self.cfg.eval.split)[:n]
         return evaluate_policy(model, tokenizer, self.env, tasks, self.prompt_cfg, self.cfg.algo.max_new_tokens,
-                               self.cfg.eval.batch_size, progress=progress)
+                               self.cfg.eval.batch_size, progress=progress,
+                               engine=self.engine_for("policy", model, tokenizer))
 
 
 # ----- stages ----------------------------------------------------------------------------------------
@@ -186,7 +211,8 @@ def stage_collect(run: Run) -> None:
         run.record({f"collect/{name}_success_rate": stats["success_rate"], f"collect/{name}_episodes": len(trajs)})
         all_trajs += trajs
     transitions = [s for t in all_trajs for s in t.transitions]
-    write_jsonl(run.offline_path, transitions)
+    if dist.is_main():
+        write_jsonl(run.offline_path, transitions)
     run.record({"collect/real_transitions": len(transitions)})
     run.add_budget("real_transitions", len(transitions))
     run.complete("collect")
@@ -242,6 +268,8 @@ def _save_rl_checkpoint(run: Run, stage: str, stream: Any, extra: Callable[[], N
     by an atomic swap of the CURRENT pointer (a kill mid-save leaves the previous checkpoint)."""
     from dreamgym_pl.models import save_model
 
+    if not dist.is_main():
+        return
     root = _resume_dir(run, stage)
     root.mkdir(parents=True, exist_ok=True)
     vdir = root / f"it-{stream.iteration:06d}"
@@ -304,12 +332,31 @@ def _real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: 
                            max_iters, seed=run.cfg.seed, source="real",
                            on_iteration=_hooks(_text_logger(module), _test_curve(run, module)),
                            checkpoint=lambda s: _save_rl_checkpoint(run, stage, s),
-                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state)
+                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state,
+                           engine_factory=lambda m, t: run.engine_for("policy", m, t))
     run.trainer(stage, max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
     _plot_history(run, stage, stream.history)
+    _rank_report(run, stage, stream, module)
     _finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": stream.consumed,
                                               f"{stage}/iterations": stream.iteration})
     run.add_budget("real_transitions", stream.consumed)
+
+
+def _rank_report(run: Run, stage: str, stream: Any, module: Any, **extra: Any) -> None:
+    """ranks/<stage>_rank<r>.json: what this rank rolled out and a digest of its weights after the stage
+    (data-parallel runs: the digests must agree and the task ids of an iteration must not repeat)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for name, p in sorted(module.model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().cpu().float().numpy().tobytes())
+    d = run.dir / "ranks"
+    d.mkdir(exist_ok=True)
+    atomic_write_json(d / f"{stage}_rank{dist.rank()}.json",
+                      {"rank": dist.rank(), "world": dist.world(), "tasks": stream.rank_log,
+                       "local_transitions": stream.local_consumed, "transitions": stream.consumed,
+                       "weights_sha1": h.hexdigest(), **extra})
 
 
 def _text_logger(module: Any, every: int = 5):
@@ -376,7 +423,7 @@ def _finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, flo
 
 def _plot_history(run: Run, stage: str, history: list[dict[str, float]]) -> None:
     """history/<stage>.json (one dict of logs per iteration) and plots/<stage>_rollouts.png."""
-    if not history:
+    if not history or not dist.is_main():
         return
     (run.dir / "history").mkdir(exist_ok=True)
     (run.dir / "history" / f"{stage}.json").write_text(json.dumps(history, indent=0))
@@ -430,6 +477,11 @@ def replay_path(run: Run) -> Path:
     return run.dir / "replay"
 
 
+def save_replay(run: Run, buffer: Any) -> None:
+    if dist.is_main():
+        buffer.save(replay_path(run))
+
+
 def load_replay(run: Run):
     from dreamgym_pl.replay.buffer import ReplayBuffer
     from dreamgym_pl.replay.embed import make_embedder
@@ -447,14 +499,13 @@ def stage_experience(run: Run) -> None:
     from dreamgym_pl.experience.judge import judge_steps
     from dreamgym_pl.experience.module import ExperienceModule, experience_loaders
     from dreamgym_pl.models import build_tiny_llama, load_pretrained
-    from dreamgym_pl.rollout.engine import HFEngine
 
     e = run.cfg.experience
     trajs = run.offline_trajectories()
     annotate(trajs)
     buffer = load_replay(run)
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
-    buffer.save(replay_path(run))
+    save_replay(run, buffer)
     if e.max_transitions:
         kept, n = [], 0
         for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
@@ -481,7 +532,7 @@ def stage_experience(run: Run) -> None:
                 val_check_interval=min(200, e.max_steps) if e.max_steps > 0 else None,
                 check_val_every_n_epoch=None if e.max_steps > 0 else 1).fit(module, train_dl, val_dl)
     rel = run.save_policy(module.model, tok, "experience")
-    res = judge_steps(HFEngine(module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
+    res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
     run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
                 "experience/task_generation_examples": len(gen_examples)})
     log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})
@@ -541,6 +592,8 @@ def make_curriculum(run: Run, senv: Any, algo: Any):
 
 
 def save_curriculum(run: Run, cur: Any) -> None:
+    if not dist.is_main():
+        return
     sdir = run.dir / "curriculum"
     st = cur.state
     atomic_write_json(sdir / "state.json", {"values": st.values, "rejected": st.rejected, "shares": st.shares})
@@ -550,14 +603,14 @@ def save_curriculum(run: Run, cur: Any) -> None:
 def make_synthetic_env(run: Run, buffer):
     from dreamgym_pl.experience.synthetic_env import SyntheticEnv
     from dreamgym_pl.models import load_pretrained
-    from dreamgym_pl.rollout.engine import HFEngine, SamplingParams
+    from dreamgym_pl.rollout.engine import SamplingParams
 
     model, tok = load_pretrained(run.dir / run.state.get("experience", "checkpoints/experience"),
                                  run.cfg.model.get("dtype", "float32"))
     e = run.cfg.experience
     params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=["</done>", "< / done >"])
     first = lambda task: run.env.reset([task])[0]  # noqa: E731 - a pure function of the task, no transition
-    return SyntheticEnv(HFEngine(model, tok), buffer, experience_format(run), first, run.env.tasks,
+    return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run), first, run.env.tasks,
                         run.env.max_steps, params)
 
 
@@ -566,7 +619,6 @@ def stage_synthetic_rl(run: Run) -> None:
     from torch.utils.data import DataLoader
 
     from dreamgym_pl.data import RolloutStream
-    from dreamgym_pl.policy.module import PolicyModule
 
     algo = algo_config(run)
     cfg = run.cfg.synthetic_rl
@@ -576,7 +628,11 @@ def stage_synthetic_rl(run: Run) -> None:
     module = _rl_module(run, model, tok, algo, state)
     cur = make_curriculum(run, senv, algo)
 
+    senv.defer_enrich = dist.world() > 1
+
     def on_iteration(it: int, trajs: list, logs: dict) -> None:
+        if senv.defer_enrich:
+            senv.sync_enrichment()
         logs.update(cur.last_logs)
         module.pending_logs.update(cur.last_logs)
         if cur.last_new and module.logger is not None:
@@ -589,16 +645,18 @@ def stage_synthetic_rl(run: Run) -> None:
                            cfg.tasks_per_iter, cfg.max_iters, seed=run.cfg.seed, source="synthetic",
                            on_iteration=hooks, task_sampler=cur.sample,
                            checkpoint=lambda st: _save_rl_checkpoint(run, "synthetic_rl", st, lambda: (
-                               buffer.save(replay_path(run)), save_curriculum(run, cur))),
-                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state)
+                               save_replay(run, buffer), save_curriculum(run, cur))),
+                           checkpoint_every=run.cfg.checkpoint_every, resume_state=state,
+                           engine_factory=lambda m, t: run.engine_for("policy", m, t))
     run.trainer("synthetic_rl", max_epochs=1, gradient_clip_val=algo.grad_clip).fit(module, DataLoader(stream, batch_size=None))
-    buffer.save(replay_path(run))
+    save_replay(run, buffer)
     save_curriculum(run, cur)
     shares = cur.state.shares
     run.record({"curriculum/synthetic_share": sum(shares) / max(1, len(shares)),
                 "curriculum/max_share": max(shares) if shares else 0.0,
                 "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected})
     _plot_history(run, "synthetic_rl", stream.history)
+    _rank_report(run, "synthetic_rl", stream, module, replay_size=len(buffer))
     st = senv.stats
     gen = max(st["generate_s"], 1e-9)
     _finish_policy_stage(run, "synthetic_rl", module, {
@@ -627,6 +685,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     """Validate the config, then run each requested stage not already completed (with resume=true).
     `callbacks`: extra Lightning callbacks attached to every training stage's Trainer."""
     config_checks.validate(cfg, run_dir)
+    dist.init_from_env(str(cfg.trainer.get("accelerator", "cpu")))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run = Run(cfg, run_dir, callbacks)
@@ -637,6 +696,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
         log.info("stage %s: start", stage)
         t0 = time.perf_counter()
         STAGES[stage](run)
+        dist.barrier()  # every rank finishes a stage (and rank 0 its files) before the next one starts
         run.record({f"{stage}/seconds": time.perf_counter() - t0})
         log.info("stage %s: done in %.1f s", stage, time.perf_counter() - t0)
     return run.metrics

@@ -28,8 +28,8 @@ def main() -> None:
     build = time.perf_counter() - t0
     tasks = env.tasks("test")[: args.goals]
     print(f"catalogue + index + goals built in {build:.2f} s")
-    print(f"| agent | episodes | steps | seconds | steps/s | success | mean score |")
-    print(f"|---|---|---|---|---|---|---|")
+    print("| agent | episodes | steps | seconds | steps/s | success | mean score |")
+    print("|---|---|---|---|---|---|---|")
     for name in ("oracle", "noisy_oracle", "random"):
         t0 = time.perf_counter()
         trajs = run_episodes(env, tasks, make_agent(name, seed=1, env=env), batch_size=args.batch)

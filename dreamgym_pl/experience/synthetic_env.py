@@ -32,12 +32,27 @@ class SyntheticEnv:
         self.max_steps = max_steps
         self.params = params or SamplingParams(temperature=0.7, max_new_tokens=160, stop=["</done>", "< / done >"])
         self.enrich = enrich
+        self.defer_enrich = False
+        self.pending: list[Transition] = []
         self.extra_tasks: list[Task] = []
         self.stats = {"steps": 0, "invalid_outputs": 0, "retrieval_s": 0.0, "prompt_s": 0.0, "generate_s": 0.0,
                       "parse_s": 0.0}
 
     def tasks(self, split: str) -> list[Task]:
         return self._task_source(split)
+
+    def sync_enrichment(self) -> int:
+        """Data parallel: every rank adds every rank's fresh synthetic transitions (rank order), so all ranks
+        hold the same replay buffer and each transition is added exactly once. Returns how many were added."""
+        from dreamgym_pl import dist
+
+        parts = dist.all_gather_objects(self.pending)
+        self.pending = []
+        n = 0
+        for part in parts:
+            if part and self.buffer is not None:
+                n += self.buffer.add(part, source="synthetic")
+        return n
 
     def reset(self, tasks: Sequence[Task]) -> list[Observation]:
         self._tasks = list(tasks)
@@ -96,7 +111,10 @@ class SyntheticEnv:
             out[i] = res
         t4 = time.perf_counter()
         if self.enrich and self.buffer is not None:
-            self.buffer.add(new, source="synthetic")
+            if self.defer_enrich:  # data parallel: added on every rank, in rank order, by sync_enrichment
+                self.pending.extend(new)
+            else:
+                self.buffer.add(new, source="synthetic")
         self.stats["steps"] += len(live)
         self.stats["retrieval_s"] += t1 - t0
         self.stats["prompt_s"] += t2 - t1

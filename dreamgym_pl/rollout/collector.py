@@ -55,15 +55,24 @@ def run_episodes(env: VecEnv, tasks: Sequence[Task], actor: Actor, batch_size: i
     return trajs
 
 
-def episode_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Success rate, mean final score, invalid-action rate and transitions of a set of episodes."""
-    n = max(1, len(trajs))
-    steps = sum(len(t.transitions) for t in trajs)
-    invalid = sum(1 for t in trajs for s in t.transitions if s.info.get("invalid"))
+def episode_sums(trajs: Sequence[Trajectory]) -> list[float]:
+    """[episodes, successes, score sum, invalid steps, steps]: additive, so ranks can sum them."""
+    return [float(len(trajs)), float(sum(1 for t in trajs if t.success)), float(sum(t.final_reward for t in trajs)),
+            float(sum(1 for t in trajs for s in t.transitions if s.info.get("invalid"))),
+            float(sum(len(t.transitions) for t in trajs))]
+
+
+def stats_from_sums(sums: Sequence[float]) -> dict[str, float]:
+    n, succ, score, invalid, steps = sums
     return {
-        "success_rate": sum(1 for t in trajs if t.success) / n,
-        "mean_score": sum(t.final_reward for t in trajs) / n,
-        "invalid_action_rate": invalid / max(1, steps),
-        "mean_steps": steps / n,
+        "success_rate": succ / max(1.0, n),
+        "mean_score": score / max(1.0, n),
+        "invalid_action_rate": invalid / max(1.0, steps),
+        "mean_steps": steps / max(1.0, n),
         "transitions": float(steps),
     }
+
+
+def episode_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Success rate, mean final score, invalid-action rate and transitions of a set of episodes."""
+    return stats_from_sums(episode_sums(trajs))

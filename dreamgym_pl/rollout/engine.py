@@ -33,6 +33,8 @@ class GenerationEngine(Protocol):
 
     def load_weights(self, model: Any) -> None: ...
 
+    # optional: `sleep()` frees generation memory while the trainer trains (vLLM); generate wakes it up
+
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     """Text up to and including the earliest stop string; whether one was found."""
@@ -106,9 +108,18 @@ class HFEngine:
         return outs
 
 
-def make_engine(kind: str, model: Any, tokenizer: Any, **kwargs: Any) -> GenerationEngine:
-    if kind == "hf":
-        return HFEngine(model, tokenizer, **kwargs)
-    if kind == "vllm":
-        raise NotImplementedError("engine=vllm: the vLLM engine comes with the scale-out issue; use engine=hf")
-    raise KeyError(f"engine: unknown engine {kind!r} (hf, vllm)")
+def make_engine(cfg: Any, model: Any, tokenizer: Any, **overrides: Any) -> GenerationEngine:
+    """The engine named by `cfg` (a string or the `engine` config: name + its keyword arguments)."""
+    if isinstance(cfg, str):
+        name, kwargs = cfg, {}
+    else:
+        kwargs = {k: v for k, v in dict(cfg).items() if k != "name"}
+        name = dict(cfg).get("name", "hf")
+    kwargs.update(overrides)
+    if name == "hf":
+        return HFEngine(model, tokenizer, **{k: v for k, v in kwargs.items() if k in ("max_prompt_tokens", "micro_batch")})
+    if name == "vllm":
+        from dreamgym_pl.rollout.vllm_engine import VLLMEngine  # imported only when asked for
+
+        return VLLMEngine(model, tokenizer, **kwargs)
+    raise KeyError(f"engine.name: unknown engine {name!r} (hf, vllm)")

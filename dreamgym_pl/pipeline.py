@@ -656,7 +656,7 @@ def stage_synthetic_rl(run: Run) -> None:
                 "curriculum/max_share": max(shares) if shares else 0.0,
                 "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected})
     _plot_history(run, "synthetic_rl", stream.history)
-    _rank_report(run, "synthetic_rl", stream, module, replay_size=len(buffer))
+    _rank_report(run, "synthetic_rl", stream, module, replay_size=len(buffer), own_unique=len(senv.own_digests))
     st = senv.stats
     gen = max(st["generate_s"], 1e-9)
     _finish_policy_stage(run, "synthetic_rl", module, {

@@ -34,6 +34,7 @@ class SyntheticEnv:
         self.enrich = enrich
         self.defer_enrich = False
         self.pending: list[Transition] = []
+        self.own_digests: set[str] = set()  # distinct transitions this rank produced (data-parallel bookkeeping)
         self.extra_tasks: list[Task] = []
         self.stats = {"steps": 0, "invalid_outputs": 0, "retrieval_s": 0.0, "prompt_s": 0.0, "generate_s": 0.0,
                       "parse_s": 0.0}
@@ -112,6 +113,12 @@ class SyntheticEnv:
         t4 = time.perf_counter()
         if self.enrich and self.buffer is not None:
             if self.defer_enrich:  # data parallel: added on every rank, in rank order, by sync_enrichment
+                from dreamgym_pl import dist
+                from dreamgym_pl.replay.buffer import _digest
+
+                for t in new:
+                    t.info["rank"] = dist.rank()
+                    self.own_digests.add(_digest(t))
                 self.pending.extend(new)
             else:
                 self.buffer.add(new, source="synthetic")

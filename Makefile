@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CONF ?= webshop_s2r
 ARGS ?=
 
-.PHONY: install run test test-all clean
+.PHONY: install browser run test test-all clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,13 +19,22 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
+# a headless chromium for the browser environments (env=miniwob): the system package, linked into
+# playwright by dreamgym_pl/envs/browser.py. Best effort: without root/apt the browser tests are skipped.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  ($(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   ($(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	  echo "warning: could not install chromium (apt); browser tests will be skipped"
+
 run: install
 	$(BIN)/python experiments/run.py conf=$(CONF) $(ARGS)
 
-test: install
+test: install browser
 	$(BIN)/python -m pytest -q $(ARGS)
 
-test-all: install
+test-all: install browser
 	$(BIN)/python -m pytest -q -m '' $(ARGS)
 
 clean:

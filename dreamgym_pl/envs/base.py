@@ -90,4 +90,4 @@ def known_envs() -> list[str]:
 def _register_builtins() -> None:
     """Import the built-in environments so that they register themselves (their heavy dependencies, such
     as the textworld package, are imported only when one is made)."""
-    from dreamgym_pl.envs import textworld, webshop  # noqa: F401
+    from dreamgym_pl.envs import browser, textworld, webshop  # noqa: F401

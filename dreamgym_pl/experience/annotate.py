@@ -22,6 +22,10 @@ def rule_based_reasoning(t: Transition) -> str:
         from dreamgym_pl.envs.textworld import textworld_reasoning
 
         return textworld_reasoning(t)
+    if t.task.task_id.startswith(("miniwob-", "webarena-")):
+        from dreamgym_pl.envs.browser import browser_reasoning
+
+        return browser_reasoning(t)
     return webshop_reasoning(t)
 
 

@@ -23,7 +23,9 @@ class Actor(Protocol):
 
 def run_episodes(env: VecEnv, tasks: Sequence[Task], actor: Actor, batch_size: int = 16, source: str = "real",
                  progress: bool | str = False) -> list[Trajectory]:
-    """Play every task once; one actor call and one env step a turn for all live episodes of a batch."""
+    """Play every task once; one actor call and one env step a turn for all live episodes of a batch (at most
+    `env.max_batch` episodes at once where the env sets it: browsers are heavy)."""
+    batch_size = max(1, min(batch_size, int(getattr(env, "max_batch", batch_size) or batch_size)))
     trajs: list[Trajectory] = []
     bar = tqdm(total=len(tasks), desc=progress if isinstance(progress, str) else source, disable=not progress,
                leave=False)

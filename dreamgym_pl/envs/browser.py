@@ -1,0 +1,404 @@
+"""Web browser environments through BrowserGym: MiniWoB++ (pages shipped in the `miniwob` package) and
+WebArena(-Lite) where its servers run.
+
+The observation is the page's accessibility tree reduced to its elements with BrowserGym ids and its text
+(the abstract textual state of the paper), preceded by the task's utterance; the actions are BrowserGym's
+high-level actions (`click('13')`, `fill('12', 'text')`, ...); reward and done come from the task. Each batch
+slot owns one headless browser, reused across episodes of the same task and closed on exit and on errors.
+
+Browser set-up is done here, not by hand: `ensure_browser()` points playwright at the system chromium (the
+playwright build BrowserGym pins expects its own download, impossible offline) by creating the folder
+playwright looks for with a link to the system binary, and points MiniWoB at the `miniwob` package's pages.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from dreamgym_pl.core import Observation, StepResult, Task, Transition
+from dreamgym_pl.envs.base import register
+from dreamgym_pl.envs.parallel import ProcessVecEnv
+
+# MiniWoB++ tasks whose goal can be read from the utterance and the accessibility tree (scripted oracles below)
+MINIWOB_TASKS = ("click-button", "click-button-sequence", "click-checkboxes", "click-dialog", "click-option",
+                 "click-tab", "enter-password", "enter-text", "focus-text", "login-user")
+TEST_SEED_BASE = 100_000
+CLICKABLE = {"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "treeitem", "switch"}
+FILLABLE = {"textbox", "searchbox", "combobox", "spinbutton"}
+_LINE = re.compile(r"^\[(\w+)\]\s+(\w+)\s*(?:'((?:[^'\\]|\\.)*)')?(.*)$")
+_ATTR_DROP = re.compile(r",?\s*(url|describedby|controls|live|relevant|orientation|multiselectable|atomic|modal)"
+                        r"(='[^']*'|=\w+)?")
+
+
+class BrowserSetupError(RuntimeError):
+    """No usable browser / BrowserGym install; the message says what to install."""
+
+
+# ----- set-up -------------------------------------------------------------------------------------------
+def find_chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def ensure_browser(cache: str | Path | None = None) -> dict[str, str]:
+    """Make BrowserGym's playwright use the system chromium and MiniWoB use the packaged pages; returns the
+    environment variables set. Idempotent."""
+    try:
+        import playwright
+    except ImportError as e:
+        raise BrowserSetupError("env=miniwob needs BrowserGym: pip install -e .[browser]") from e
+    exe = os.environ.get("DREAMGYM_CHROMIUM") or find_chromium()
+    if not exe:
+        raise BrowserSetupError("no chromium found: install it (Debian/Ubuntu: `apt-get install -y chromium`, "
+                                "which `make browser` does) or set DREAMGYM_CHROMIUM=/path/to/chrome")
+    root = Path(cache or Path(os.environ.get("DREAMGYM_CACHE", Path.home() / ".cache" / "dreamgym_pl")) / "playwright")
+    browsers = json.loads((Path(playwright.__file__).parent / "driver" / "package" / "browsers.json").read_text())
+    rev = next(b["revision"] for b in browsers["browsers"] if b["name"] == "chromium")
+    d = root / f"chromium-{rev}" / "chrome-linux"
+    d.mkdir(parents=True, exist_ok=True)
+    link = d / "chrome"
+    if link.is_symlink() and os.readlink(link) != exe:
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(exe)
+    (d.parent / "INSTALLATION_COMPLETE").touch()
+    env = {"PLAYWRIGHT_BROWSERS_PATH": str(root)}
+    if "MINIWOB_URL" not in os.environ:
+        try:
+            import miniwob
+        except ImportError as e:
+            raise BrowserSetupError("env=miniwob needs the `miniwob` package (its pages): pip install -e .[browser]") from e
+        env["MINIWOB_URL"] = Path(miniwob.__file__).parent.joinpath("html", "miniwob").as_uri() + "/"
+    os.environ.update(env)
+    return env
+
+
+# ----- pure helpers: the reduced tree, admissible actions, action parsing ----------------------------
+def reduce_tree(flat: str) -> str:
+    """BrowserGym's flattened AXTree -> one line per element with an id or non-empty text: no InlineTextBox
+    nodes (Chromium >= 156 adds them), no URLs or ARIA plumbing attributes, no indentation."""
+    out = []
+    for raw in flat.split("\n"):
+        line = raw.strip()
+        if not line or line.startswith("InlineTextBox") or line.startswith("RootWebArea"):
+            continue
+        if line.startswith("StaticText"):
+            m = re.match(r"StaticText\s+'(.*)'$", line)
+            if m and m.group(1).strip():
+                out.append(m.group(1).strip())
+            continue
+        if not line.startswith("["):
+            continue
+        line = _ATTR_DROP.sub("", line)
+        m = _LINE.match(line)
+        if m and m.group(2) in ("paragraph", "LabelText", "generic", "list", "listitem", "tablist", "group",
+                                "dialog", "status") and not (m.group(3) or "").strip():
+            continue  # structural containers without a name add nothing a policy can act on
+        out.append(re.sub(r"\s+", " ", line))
+    return "\n".join(out)
+
+
+def elements(tree: str) -> list[tuple[str, str, str]]:
+    """(bid, role, name) of the reduced tree's elements."""
+    res = []
+    for line in tree.split("\n"):
+        m = _LINE.match(line)
+        if m:
+            res.append((m.group(1), m.group(2), (m.group(3) or "").replace("\\'", "'")))
+    return res
+
+
+def admissible_actions(tree: str) -> list[str]:
+    acts = []
+    for bid, role, _ in elements(tree):
+        if role in CLICKABLE:
+            acts.append(f"click('{bid}')")
+        elif role in FILLABLE:
+            acts += [f"click('{bid}')", f"fill('{bid}', TEXT)"]
+    return acts
+
+
+def normalize_action(action: str) -> str:
+    """Undo word-tokenizer spacing: `click ( ' 13 ' )` -> `click('13')`, `fill ( ' 12 ' , ' x ' )` ->
+    `fill('12', 'x')`."""
+    a = " ".join((action or "").split())
+    m = re.match(r"^(\w+)\s*\((.*)\)\s*$", a)
+    if not m:
+        return a
+    args = [x.strip().strip("'\"").strip() for x in re.findall(r"'[^']*'|\"[^\"]*\"|[^,]+", m.group(2))]
+    return f"{m.group(1)}(" + ", ".join(f"'{x}'" for x in args if x != "") + ")"
+
+
+def quoted(text: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', text)
+
+
+# ----- scripted oracles ------------------------------------------------------------------------------
+def _by(tree: str, role: set[str] | str, name: str | None = None) -> list[str]:
+    roles = {role} if isinstance(role, str) else role
+    return [b for b, r, n in elements(tree) if r in roles and (name is None or n.strip().lower() == name.lower())]
+
+
+def _submit(tree: str, label: str = "submit") -> str:
+    b = _by(tree, "button", label) or _by(tree, "button")
+    return f"click('{b[-1]}')" if b else "noop()"
+
+
+def miniwob_oracle_action(task: str, goal: str, tree: str, done: list[str]) -> str:
+    """The next action of a scripted solution from the utterance, the tree and the actions already taken."""
+    q = quoted(goal)
+    if task == "click-button":
+        return f"click('{_by(tree, 'button', q[0])[0]}')"
+    if task == "click-button-sequence":
+        names = re.findall(r"button (\w+)", goal)
+        return f"click('{_by(tree, 'button', names[min(len(done), len(names) - 1)])[0]}')"
+    if task == "click-dialog":
+        return f"click('{(_by(tree, 'button', 'close') or _by(tree, 'button'))[0]}')"
+    if task == "click-tab":
+        m = re.search(r"Tab #\d+", goal)
+        return f"click('{(_by(tree, 'link', m.group(0)) or _by(tree, 'tab', m.group(0)))[0]}')"
+    if task == "focus-text":
+        return f"click('{_by(tree, FILLABLE)[0]}')"
+    if task in ("click-checkboxes", "click-option"):
+        m = re.search(r"Select (.*?) and click Submit", goal)
+        wanted = [w.strip() for w in re.split(r",\s*", m.group(1))] if m and m.group(1).strip() != "nothing" else []
+        role = "checkbox" if task == "click-checkboxes" else "radio"
+        for w in wanted:
+            b = _by(tree, role, w)
+            if b and f"click('{b[0]}')" not in done:
+                return f"click('{b[0]}')"
+        return _submit(tree)
+    if task in ("enter-text", "enter-password", "login-user"):
+        boxes = _by(tree, FILLABLE)
+        texts = q if task == "login-user" else [q[0]] * (2 if task == "enter-password" else 1)
+        for b, t in zip(boxes, texts):
+            if not any(a.startswith(f"fill('{b}'") for a in done):
+                return f"fill('{b}', '{t}')"
+        return _submit(tree, "login" if task == "login-user" else "submit")
+    raise KeyError(f"no scripted oracle for MiniWoB task {task!r}")
+
+
+class MiniWoBOracle:
+    """Batched scripted oracle (noisy with probability eps: a random admissible click instead)."""
+
+    def __init__(self, eps: float = 0.0, seed: int = 0, name: str = "oracle"):
+        self.eps, self.rng, self.name = eps, random.Random(seed), name
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+        self.done: list[list[str]] = [[] for _ in tasks]
+
+    def act(self, observations: Sequence[Observation | None]) -> list[str | None]:
+        out: list[str | None] = []
+        for i, o in enumerate(observations):
+            if o is None:
+                out.append(None)
+                continue
+            clicks = [a for a in o.admissible if a.startswith("click(")]
+            if self.eps > 0 and clicks and self.rng.random() < self.eps:
+                a = self.rng.choice(clicks)
+            else:
+                tree = o.text.split("\n", 1)[1] if "\n" in o.text else ""
+                try:
+                    a = miniwob_oracle_action(self.tasks[i].goal["task"], o.refs.get("goal", ""), tree, self.done[i])
+                except (IndexError, KeyError, AttributeError):
+                    a = self.rng.choice(clicks) if clicks else "noop()"
+            self.done[i].append(a)
+            out.append(a)
+        return out
+
+
+class RandomBrowserAgent(MiniWoBOracle):
+    def __init__(self, seed: int = 0):
+        super().__init__(1.0, seed, "random")
+
+
+# ----- the environment -------------------------------------------------------------------------------
+_OPEN: list[Any] = []
+
+
+@atexit.register
+def _close_all() -> None:
+    for env in list(_OPEN):
+        try:
+            env.close()
+        except Exception:
+            pass
+    _OPEN.clear()
+
+
+class BrowserGymEnv:
+    """One browser; episodes of BrowserGym tasks (the SingleEnv protocol)."""
+
+    def __init__(self, max_steps: int = 8, timeout_ms: int = 10000, prefix: str = "browsergym/miniwob."):
+        self.max_steps, self.timeout_ms, self.prefix = max_steps, timeout_ms, prefix
+        self._env: Any = None
+        self._task_name: str | None = None
+        self.done = True
+
+    def _open(self, name: str) -> None:
+        if self._env is not None and name == self._task_name:
+            return
+        self.close()
+        import gymnasium as gym
+
+        import browsergym.miniwob  # noqa: F401  (registers the tasks)
+
+        self._env = gym.make(self.prefix + name, headless=True, pre_observation_delay=0.0, slow_mo=0,
+                             timeout=self.timeout_ms)
+        self._task_name = name
+        _OPEN.append(self._env)
+
+    def _observation(self, obs: dict) -> Observation:
+        from browsergym.utils.obs import flatten_axtree_to_str
+
+        tree = reduce_tree(flatten_axtree_to_str(obs["axtree_object"]))
+        goal = " ".join(str(obs.get("goal", "")).split())
+        return Observation(text=f"goal : {goal}\n{tree}", admissible=admissible_actions(tree), refs={"goal": goal})
+
+    def reset(self, task: Task) -> Observation:
+        try:
+            self._open(task.goal["task"])
+            obs, _ = self._env.reset(seed=int(task.goal["seed"]))
+        except Exception:
+            self.close()  # a hung or crashed browser is not reused
+            raise
+        self.steps, self.done = 0, False
+        self.obs = self._observation(obs)
+        return self.obs
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        self.steps += 1
+        a = normalize_action(action)
+        try:
+            obs, reward, terminated, truncated, _ = self._env.step(a)
+            error = str(obs.get("last_action_error") or "")
+        except Exception as e:  # the page hung or the browser died: end the episode, counted
+            self.close()
+            self.done = True
+            return StepResult(self.obs, 0.0, True, {"invalid": True, "success": False, "error": f"{type(e).__name__}: {e}"})
+        success = float(reward) > 0
+        done = bool(terminated or truncated)
+        info: dict[str, Any] = {"invalid": bool(error), "success": success, "score": float(reward)}
+        if error:
+            info["error"] = error[:200]
+        if not done and self.steps >= self.max_steps:
+            done, info["truncated"] = True, True
+        self.done = done
+        self.obs = self._observation(obs) if not done or not success else Observation("goal : done", [], {})
+        return StepResult(self.obs, 1.0 if success else 0.0, done, info)
+
+    def close(self) -> None:
+        if self._env is not None:
+            try:
+                self._env.close()
+            finally:
+                if self._env in _OPEN:
+                    _OPEN.remove(self._env)
+                self._env, self._task_name = None, None
+
+
+def browser_reasoning(t: Transition) -> str:
+    info = t.info
+    if info.get("error"):
+        return f"the action fails ({info['error'][:60].lower()}) so the page does not change"
+    if info.get("success"):
+        return "this completes the task so the episode ends with reward 1.00"
+    if t.done:
+        return "the episode ends without completing the task so the reward is 0.00"
+    a = normalize_action(t.action)
+    if a.startswith("fill("):
+        return "the text is typed into the field; the task is not submitted yet so the reward is 0.00"
+    return "the element is clicked and the page updates; the task is not complete yet so the reward is 0.00"
+
+
+class BrowserVecEnv(ProcessVecEnv):
+    """Browser slots spread over `workers` processes (each a headless chromium per slot it serves)."""
+
+    def __init__(self, train: list[Task], test: list[Task], max_steps: int, timeout_ms: int, prefix: str,
+                 workers: int = 2, slots_per_worker: int = 2):
+        self.splits = {"train": train, "test": test}
+        self.max_batch = max(1, workers * slots_per_worker)  # concurrent episodes (one browser each)
+        super().__init__(functools.partial(BrowserGymEnv, max_steps, timeout_ms, prefix), self._tasks, max_steps,
+                         workers=workers, timeout_s=max(30.0, 4 * timeout_ms / 1000))
+
+    def _tasks(self, split: str) -> list[Task]:
+        if split not in self.splits:
+            raise KeyError(f"eval.split: miniwob has splits {sorted(self.splits)}, not {split!r}")
+        return self.splits[split]
+
+    def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
+        if name == "oracle":
+            return MiniWoBOracle(0.0, seed)
+        if name == "noisy_oracle":
+            return MiniWoBOracle(eps, seed, "noisy_oracle")
+        if name == "random":
+            return RandomBrowserAgent(seed)
+        raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+
+    def explain(self, t: Transition) -> str:
+        return browser_reasoning(t)
+
+    def corpus(self) -> list[str]:
+        return ["goal : click('0') fill('0', 'x') noop() TEXT", browser_reasoning.__doc__ or "",
+                "the action fails so the page does not change this completes the task so the episode ends with "
+                "reward 1.00 without completing the text is typed into the field; submitted yet element is "
+                "clicked and page updates; complete 0.00"]
+
+def miniwob_tasks(names: Sequence[str], seeds: Sequence[int], split: str) -> list[Task]:
+    return [Task(task_id=f"miniwob-{split}-{n}-{s}", instruction=f"miniwob {n.replace('-', ' ')}",
+                 goal={"task": n, "seed": s, "split": split, "category": n}) for s in seeds for n in names]
+
+
+@register("miniwob")
+def make_miniwob(tasks: Sequence[str] | None = None, train_seeds: int = 20, test_seeds: int = 5, max_steps: int = 8,
+                 timeout_ms: int = 10000, workers: int = 2, slots_per_worker: int = 2) -> BrowserVecEnv:
+    names = list(tasks or MINIWOB_TASKS)
+    unknown = [n for n in names if n not in MINIWOB_TASKS]
+    if unknown:
+        raise ValueError(f"env.tasks: no scripted oracle for {unknown}; supported: {list(MINIWOB_TASKS)}")
+    ensure_browser()
+    train = miniwob_tasks(names, range(train_seeds), "train")
+    test = miniwob_tasks(names, range(TEST_SEED_BASE, TEST_SEED_BASE + test_seeds), "test")
+    return BrowserVecEnv(train, test, max_steps, timeout_ms, "browsergym/miniwob.", workers, slots_per_worker)
+
+
+WA_VARS = ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE")
+
+
+@register("webarena")
+def make_webarena(split_file: str | None = None, max_steps: int = 30, timeout_ms: int = 30000, workers: int = 2,
+                  slots_per_worker: int = 1, **_: Any) -> BrowserVecEnv:
+    """WebArena through browsergym-webarena, with the WebArena-Lite split (a JSON file {"train": [ids],
+    "test": [ids]}: 647 train / 165 test task ids) and the seven WA_* site URLs of a running WebArena."""
+    missing = [v for v in WA_VARS if not os.environ.get(v)]
+    if missing:
+        raise BrowserSetupError(f"env=webarena needs a running WebArena (its Docker sites) and the URLs in "
+                                f"{', '.join(WA_VARS)}; missing: {', '.join(missing)}. See "
+                                f"https://github.com/web-arena-x/webarena for the servers.")
+    try:
+        import browsergym.webarena  # noqa: F401
+    except ImportError as e:
+        raise BrowserSetupError("env=webarena needs `pip install browsergym-webarena` and NLTK's punkt_tab data") from e
+    if not split_file or not Path(split_file).exists():
+        raise BrowserSetupError("env.split_file: a JSON file with the WebArena-Lite task ids "
+                                "({\"train\": [...647 ids], \"test\": [...165 ids]}) is required")
+    ensure_browser()
+    split = json.loads(Path(split_file).read_text())
+    mk = lambda ids, sp: [Task(task_id=f"webarena-{sp}-{i}", instruction=f"webarena task {i}",  # noqa: E731
+                               goal={"task": str(i), "seed": 0, "split": sp, "category": "webarena"}) for i in ids]
+    return BrowserVecEnv(mk(split["train"], "train"), mk(split["test"], "test"), max_steps, timeout_ms,
+                         "browsergym/webarena.", workers, slots_per_worker)

@@ -1,0 +1,101 @@
+"""Browser environments: tree reduction, admissible actions, action normalisation, scripted oracles (pure), a
+real headless chromium playing MiniWoB++ episodes, and the clear WebArena error."""
+
+import pytest
+
+from dreamgym_pl.envs.browser import (BrowserSetupError, admissible_actions, browser_reasoning, elements,
+                                      find_chromium, make_webarena, miniwob_oracle_action, normalize_action,
+                                      reduce_tree)
+
+FLAT = """RootWebArea 'Login User Task', focused, url='file:///x/login-user.html'
+\t[14] paragraph ''
+\t\t[15] LabelText ''
+\t\t\tStaticText 'Username'
+\t\t\t\tInlineTextBox 'Username'
+\t\t[16] textbox ''
+\t[17] paragraph ''
+\t\t[18] LabelText ''
+\t\t\tStaticText 'Password'
+\t\t[19] textbox ''
+\tInlineTextBox ''
+\t[20] button 'Login'
+\t[21] tab 'Tab #2', expanded=False, selected=False, controls='tabs-2'"""
+
+
+def test_reduce_tree_keeps_ids_and_text_only():
+    tree = reduce_tree(FLAT)
+    assert tree.split("\n") == ["Username", "[16] textbox ''", "Password", "[19] textbox ''", "[20] button 'Login'",
+                                "[21] tab 'Tab #2', expanded=False, selected=False"]
+    assert elements(tree)[2] == ("20", "button", "Login")
+
+
+def test_admissible_actions_by_role():
+    assert admissible_actions(reduce_tree(FLAT)) == ["click('16')", "fill('16', TEXT)", "click('19')",
+                                                     "fill('19', TEXT)", "click('20')", "click('21')"]
+
+
+@pytest.mark.parametrize("raw,norm", [("click ( ' 13 ' )", "click('13')"), ("fill ( ' 12 ' , ' keli ' )", "fill('12', 'keli')"),
+                                      ('fill("12", "a b")', "fill('12', 'a b')"), ("noop ( )", "noop()"),
+                                      ("nonsense", "nonsense")])
+def test_normalize_action(raw, norm):
+    assert normalize_action(raw) == norm
+
+
+def test_oracles_read_goal_and_tree():
+    tree = reduce_tree(FLAT)
+    goal = 'Enter the username "keli" and the password "yobHF" into the text fields and press login.'
+    done: list[str] = []
+    for want in ["fill('16', 'keli')", "fill('19', 'yobHF')", "click('20')"]:
+        a = miniwob_oracle_action("login-user", goal, tree, done)
+        assert a == want
+        done.append(a)
+    boxes = "[18] checkbox 'ab', checked='false'\nab\n[21] checkbox 'cd', checked='false'\n[27] button 'Submit'"
+    goal = "Select cd and click Submit."
+    assert miniwob_oracle_action("click-checkboxes", goal, boxes, []) == "click('21')"
+    assert miniwob_oracle_action("click-checkboxes", goal, boxes, ["click('21')"]) == "click('27')"
+    seq = "[12] button 'ONE'\n[13] button 'TWO'"
+    assert miniwob_oracle_action("click-button-sequence", "Click button ONE, then click button TWO.", seq, ["x"]) == "click('13')"
+
+
+def test_reasoning_from_step_info():
+    from dreamgym_pl.core import Observation, Task, Transition
+
+    t = Task("miniwob-train-enter-text-1", "miniwob enter text")
+    mk = lambda info, done=False: Transition(t, 0, Observation("x"), "click('9')", Observation("y"), 0.0, done, info=info)  # noqa: E731
+    assert "fails" in browser_reasoning(mk({"error": "ValueError: Could not find element"}))
+    assert "reward 1.00" in browser_reasoning(mk({"success": True}, True))
+    assert browser_reasoning(mk({}, True)).endswith("reward is 0.00")
+
+
+def test_webarena_without_servers_says_what_to_set(monkeypatch):
+    for v in ("WA_SHOPPING", "WA_GITLAB"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(BrowserSetupError, match="WA_SHOPPING"):
+        make_webarena()
+
+
+@pytest.fixture(scope="module")
+def miniwob_env():
+    if find_chromium() is None:
+        pytest.skip("no chromium on this machine (make browser installs it)")
+    from dreamgym_pl.envs.base import make_vec_env
+
+    env = make_vec_env("miniwob", tasks=["enter-text", "click-checkboxes"], train_seeds=1, test_seeds=1, workers=2,
+                       slots_per_worker=1)
+    yield env
+    env.close()
+
+
+def test_real_browser_oracle_random_and_invalid(miniwob_env):
+    from dreamgym_pl.agents import make_agent
+    from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+
+    tasks = miniwob_env.tasks("test")
+    oracle = run_episodes(miniwob_env, tasks, make_agent("oracle", 0, env=miniwob_env), batch_size=4)
+    assert episode_stats(oracle)["success_rate"] == 1.0
+    first = oracle[0].transitions[0]
+    assert first.state.text.startswith("goal : ") and first.state.admissible and "InlineTextBox" not in first.state.text
+    obs = miniwob_env.reset(tasks[:1])[0]
+    r = miniwob_env.step(["click('9999')"])[0]
+    assert r.info["invalid"] and "9999" in r.info["error"] and not r.done
+    assert obs.refs["goal"] and obs.text.startswith("goal : ")

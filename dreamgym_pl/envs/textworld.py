@@ -172,8 +172,9 @@ def read_game(path: Path) -> dict[str, Any]:
                             f"{Path(path).parent} to regenerate the games")
     try:
         data = json.loads(meta.read_text())
+        names = sorted({str(v.get("name")) for _, v in data.get("infos", []) if isinstance(v, dict) and v.get("name")})
         return {"objective": " ".join(data["objective"].split()),
-                "walkthrough": list(data.get("metadata", {}).get("walkthrough", []))}
+                "walkthrough": list(data.get("metadata", {}).get("walkthrough", [])), "entities": names}
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise GameDataError(f"TextWorld game file {meta} is broken ({type(e).__name__}: {e}); delete it to "
                             f"regenerate the game") from e
@@ -315,7 +316,13 @@ class TextWorldVecEnv(SerialVecEnv):
         return textworld_reasoning(t)
 
     def corpus(self) -> list[str]:
-        return ["the command is not possible here so nothing changes and the quest does not advance",
+        """Vocabulary for the tiny word tokenizer: the reasoning templates, and the entity names and room
+        descriptions' words of every game (a pretrained LLM knows these words; a word-level tokenizer built
+        from train episodes only would map unseen objects of test games to <unk>)."""
+        words = [" ".join(t.goal.get("entities", [])) for split in self.splits.values() for t in split]
+        words += ["take from put on in into insert open close lock unlock with eat drop examine go north south "
+                  "east west look inventory"]
+        return words + ["the command is not possible here so nothing changes and the quest does not advance",
                 "this completes the last step of the quest so the game is won and the reward is 1.00",
                 "the command moves the player from the to the works: score rises of but not finished 0.00"]
 
@@ -326,7 +333,7 @@ def _tasks_for(paths: Sequence[Path], split: str, seeds: Sequence[int]) -> list[
         g = read_game(p)
         tasks.append(Task(task_id=f"tw-{split}-{s}", instruction=g["objective"],
                           goal={"game": str(p), "seed": s, "split": split, "category": "textworld",
-                                "walkthrough": g["walkthrough"]}))
+                                "walkthrough": g["walkthrough"], "entities": g["entities"]}))
     return tasks
 
 

@@ -99,3 +99,24 @@ def test_real_browser_oracle_random_and_invalid(miniwob_env):
     r = miniwob_env.step(["click('9999')"])[0]
     assert r.info["invalid"] and "9999" in r.info["error"] and not r.done
     assert obs.refs["goal"] and obs.text.startswith("goal : ")
+
+
+@pytest.mark.slow
+def test_miniwob_s2r_pipeline_tiny(tmp_path):
+    """conf=miniwob_s2r end to end at the smallest scale in a real browser."""
+    if find_chromium() is None:
+        pytest.skip("no chromium on this machine (make browser installs it)")
+    from dreamgym_pl.pipeline import run_pipeline
+    from tests.conftest import compose
+    from tests.test_pipeline import EXP, TINY
+
+    tiny = [o for o in TINY if not o.startswith(("env.", "eval.batch_size"))]
+    env = ["env.tasks=[enter-text,click-button]", "env.train_seeds=3", "env.test_seeds=1", "eval.num_goals=2",
+           "collect.agents.oracle=6", "collect.agents.noisy_oracle=2", "collect.agents.random=2", "sft.num_trajectories=6"]
+    m = run_pipeline(compose(["conf=miniwob_s2r", *tiny, *EXP, *env, "synthetic_rl.synthetic_budget=16",
+                              "s2r.real_budget=8", "s2r.tasks_per_iter=2", "synthetic_rl.tasks_per_iter=2"]), tmp_path)
+    assert m["collect/oracle_success_rate"] == 1.0
+    assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 16
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
+        assert 0.0 <= m[k] <= 1.0

@@ -107,7 +107,10 @@ def main() -> None:
             _copy(start, out / name)
             if not _done(out / name, "experience"):
                 run_pipeline(cfg(base + ["seed=0", PRE + ",experience]", *ov]), out / name)
-    results: dict[str, list[dict]] = {}
+    # results accumulate across invocations (e.g. --only subsets run one after the other); a rerun of a
+    # finished variant/seed resumes its completed directory and replaces its entry
+    rfile = out / "results.json"
+    results: dict[str, list[dict]] = json.loads(rfile.read_text()) if rfile.exists() else {}
     for seed in args.seeds:
         for name in wanted:
             src, ov, stage = table_v[name]
@@ -127,10 +130,12 @@ def main() -> None:
                  "real": m.get("rl/real_transitions", 0) + m.get("s2r/real_transitions", 0),
                  "synthetic": m.get("synthetic_rl/synthetic_transitions", 0), "sft_success": m["sft/test_success_rate"],
                  "wall_s": time.perf_counter() - t0, "history": hist}
-            results.setdefault(name, []).append(r)
+            results[name] = [x for x in results.get(name, []) if x["seed"] != seed] + [r]
             (out / "results.json").write_text(json.dumps(results, indent=1))
             print(f"[seed {seed}] {name}: test success {r['success']:.3f} (real {r['real']:.0f}, "
                   f"synthetic {r['synthetic']:.0f})", flush=True)
+    order = [n for n in table_v if n in results]
+    results = {n: sorted(results[n], key=lambda r: r["seed"]) for n in order}
     table(results, out, time.perf_counter() - t_start)
     plots(results, out)
 

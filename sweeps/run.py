@@ -3,7 +3,7 @@
     python sweeps/run.py sweeps/curriculum.yaml                           # the spec's n_trials
     python sweeps/run.py sweeps/curriculum.yaml --n-trials 20 --out outputs/sweeps/curriculum
     python sweeps/run.py sweeps/rl.yaml --start-from outputs/my_sft_run   # each trial copies a finished start
-    python sweeps/run.py sweeps/curriculum.yaml -- eval.num_goals=200     # extra Hydra overrides for every trial
+    python sweeps/run.py sweeps/curriculum.yaml eval.num_goals=200        # extra Hydra overrides for every trial
 
 Stop it at any time (Ctrl-C, kill) and run the same command again: the SQLite study (<out>/study.db) keeps
 every finished trial and the sweep goes on until n_trials trials have finished. Look at it with
@@ -33,7 +33,7 @@ def compose_cfg(overrides: list[str]):
         return compose(config_name="config", overrides=overrides)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("spec", help="sweep spec YAML (sweeps/*.yaml)")
     ap.add_argument("--out", help="sweep directory (default outputs/sweeps/<study_name>)")
@@ -41,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--storage", help="Optuna storage URL (default sqlite:///<out>/study.db)")
     ap.add_argument("--start-from", help="a run directory each trial copies and resumes (overrides the spec)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every trial")
-    args = ap.parse_args(argv)
+    return ap.parse_intermixed_args(argv)  # overrides may follow the options
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         spec = load_spec(args.spec)

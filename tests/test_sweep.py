@@ -120,3 +120,16 @@ def test_failing_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
     failed = study.get_trials(states=(TrialState.FAIL,))
     assert len(failed) == 2
     assert all("rl.tasks_per_iter" in t.user_attrs["error"] for t in failed)
+
+
+def test_cli_parses_overrides_after_options_and_rejects_bad_specs(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweeps_run", ROOT / "sweeps" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = mod.parse(["sweeps/curriculum.yaml", "--n-trials", "3", "--start-from", "D", "algo.lr=1e-4", "seed=2"])
+    assert a.n_trials == 3 and a.start_from == "D" and a.overrides == ["algo.lr=1e-4", "seed=2"]
+    bad = _spec(tmp_path, study_name="s", params={"x": {"type": "nope"}})
+    assert mod.main([str(bad)]) == 2
+    assert "params.x" in capsys.readouterr().err

@@ -600,6 +600,18 @@ def save_curriculum(run: Run, cur: Any) -> None:
     write_jsonl(sdir / "generated_tasks.jsonl", st.generated)
 
 
+def initial_observation(env: Any, task: Any) -> Any:
+    """The real env's first observation of a task (a fixed function of the task: no transition). A
+    curriculum-generated task starts where its parent task starts (its parent's game / initial page), with its
+    own instruction."""
+    from dreamgym_pl.core import Task
+
+    g = task.goal or {}
+    if g.get("generated") and isinstance(g.get("parent_goal"), dict):
+        task = Task(task.task_id, task.instruction, dict(g["parent_goal"]), task.parent_id, task.generation)
+    return env.reset([task])[0]
+
+
 def make_synthetic_env(run: Run, buffer):
     from dreamgym_pl.experience.synthetic_env import SyntheticEnv
     from dreamgym_pl.models import load_pretrained
@@ -609,7 +621,7 @@ def make_synthetic_env(run: Run, buffer):
                                  run.cfg.model.get("dtype", "float32"))
     e = run.cfg.experience
     params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=["</done>", "< / done >"])
-    first = lambda task: run.env.reset([task])[0]  # noqa: E731 - a pure function of the task, no transition
+    first = lambda task: initial_observation(run.env, task)  # noqa: E731 - no real transition is consumed
     return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run), first, run.env.tasks,
                         run.env.max_steps, params)
 

@@ -152,3 +152,13 @@ def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
     for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
         assert 0.0 <= m[k] <= 1.0
+
+
+def test_generated_task_starts_in_its_parents_game(tw_env):
+    """Curriculum variations of a text-game task are played from the parent's game (synthetic env start)."""
+    from dreamgym_pl.pipeline import initial_observation
+
+    parent = tw_env.tasks("train")[1]
+    gen = Task("gen-0", "take the key and open the chest", goal={"generated": True, "parent_goal": parent.goal},
+               parent_id=parent.task_id, generation=1)
+    assert initial_observation(tw_env, gen).text == tw_env.reset([parent])[0].text

@@ -701,6 +701,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run = Run(cfg, run_dir, callbacks)
+    if dist.is_main():  # the config of the latest invocation, resolved (benchmarks and tools reload it)
+        (run.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     for stage in cfg.stages:
         if cfg.resume and stage in run.state["completed"]:
             log.info("stage %s: already completed, skipped (resume)", stage)

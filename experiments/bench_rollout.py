@@ -29,7 +29,6 @@ from dreamgym_pl.policy.samples import collate, trajectory_samples  # noqa: E402
 from dreamgym_pl.rollout.actor import PolicyActor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
-from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt  # noqa: E402
 
 
 def main() -> None:
@@ -53,22 +52,29 @@ def main() -> None:
     # 1. generation --------------------------------------------------------------------------------
     params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
     engine = HFEngine(model, tok, micro_batch=args.batch)
+    calls: list[list[str]] = []  # the exact prompt batches the collector generated for
+    inner = engine.generate
+    engine.generate = lambda prompts, p: (calls.append(list(prompts)), inner(prompts, p))[1]  # type: ignore[method-assign]
     t0 = time.perf_counter()
     run_episodes(env, tasks, PolicyActor(engine, pcfg, params), batch_size=args.batch)
     coll_s = time.perf_counter() - t0
     coll_tps = engine.generated_tokens / coll_s
-    prompts = [build_prompt(s.task, [], s.state, pcfg) for d in demo for s in d.transitions]
-    n_calls = max(1, engine.generated_tokens // (args.batch * args.new_tokens))
+    # the bare baseline replays the same prompt batches through model.generate (no env, no parsing), and
+    # counts generated tokens the same way (up to and including EOS)
     tok.padding_side = "left"
     gen_tokens, t0 = 0, time.perf_counter()
     with torch.no_grad():
-        for i in range(n_calls):
-            batch = prompts[(i * args.batch) % len(prompts):][: args.batch]
-            enc = tok(batch, return_tensors="pt", padding=True, add_special_tokens=False)
-            out = model.generate(**enc, max_new_tokens=args.new_tokens, do_sample=True, top_k=0,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-            gen = out[:, enc["input_ids"].shape[1]:]
-            gen_tokens += int((gen != tok.pad_token_id).sum())
+        for batch in calls:
+            for j in range(0, len(batch), args.batch):
+                enc = tok(batch[j:j + args.batch], return_tensors="pt", padding=True, add_special_tokens=False)
+                out = model.generate(**enc, max_new_tokens=args.new_tokens, do_sample=True, top_k=0,
+                                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+                gen = out[:, enc["input_ids"].shape[1]:]
+                for row in gen.tolist():
+                    n = len(row)
+                    if tok.eos_token_id in row:
+                        n = row.index(tok.eos_token_id) + 1
+                    gen_tokens += n
     bare_tps = gen_tokens / (time.perf_counter() - t0)
 
     # 2. training ----------------------------------------------------------------------------------

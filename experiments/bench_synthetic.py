@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
     d = Path(args.run_dir)
-    cfg = OmegaConf.load(d / ".hydra" / "config.yaml")
+    cfg = OmegaConf.load(d / "config.yaml" if (d / "config.yaml").exists() else d / ".hydra" / "config.yaml")
     cfg.resume = True
     run = Run(cfg, d)
     buffer = load_replay(run)

@@ -29,6 +29,7 @@ from dreamgym_pl.policy.samples import collate, trajectory_samples  # noqa: E402
 from dreamgym_pl.rollout.actor import PolicyActor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+from dreamgym_pl.rollout.prompts import PromptConfig  # noqa: E402
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
-from dreamgym_pl.models import build_tiny_llama, num_params, save_model, train_word_tokenizer  # noqa: E402
+from dreamgym_pl.models import build_tiny_llama, num_params, train_word_tokenizer  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
 
 

@@ -24,8 +24,8 @@ install: $(BIN)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	  ($(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
-	   ($(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1)) || \
+	  ($(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	   ($(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1)) || \
 	  echo "warning: could not install chromium (apt); browser tests will be skipped"
 
 run: install

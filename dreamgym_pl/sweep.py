@@ -114,30 +114,27 @@ def to_overrides(params: dict[str, Any]) -> list[str]:
     return [f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in params.items()]
 
 
-def make_sampler(cfg: dict[str, Any], where: str = "sampler") -> optuna.samplers.BaseSampler:
-    cfg = dict(cfg or {})
-    name = cfg.pop("name", "tpe")
-    kinds = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
-             "cmaes": optuna.samplers.CmaEsSampler, "qmc": optuna.samplers.QMCSampler}
+def _build(kinds: dict[str, Any], cfg: dict[str, Any], default: str, where: str, what: str) -> Any:
+    cfg = dict(cfg)
+    name = cfg.pop("name", default)
     if name not in kinds:
-        raise SweepSpecError(f"{where}.name: unknown sampler {name!r}; known: {sorted(kinds)}")
+        raise SweepSpecError(f"{where}.name: unknown {what} {name!r}; known: {sorted(kinds)}")
     try:
         return kinds[name](**cfg)
     except TypeError as e:
         raise SweepSpecError(f"{where}: {e}") from e
+
+
+def make_sampler(cfg: dict[str, Any], where: str = "sampler") -> optuna.samplers.BaseSampler:
+    kinds = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+             "cmaes": optuna.samplers.CmaEsSampler, "qmc": optuna.samplers.QMCSampler}
+    return _build(kinds, cfg or {}, "tpe", where, "sampler")
 
 
 def make_pruner(cfg: dict[str, Any] | None, where: str = "pruner") -> optuna.pruners.BasePruner:
-    cfg = dict(cfg or {"name": "none"})
-    name = cfg.pop("name", "median")
     kinds = {"median": optuna.pruners.MedianPruner, "percentile": optuna.pruners.PercentilePruner,
              "hyperband": optuna.pruners.HyperbandPruner, "none": optuna.pruners.NopPruner}
-    if name not in kinds:
-        raise SweepSpecError(f"{where}.name: unknown pruner {name!r}; known: {sorted(kinds)}")
-    try:
-        return kinds[name](**cfg)
-    except TypeError as e:
-        raise SweepSpecError(f"{where}: {e}") from e
+    return _build(kinds, cfg or {"name": "none"}, "median", where, "pruner")
 
 
 class PruningCallback(L.Callback):

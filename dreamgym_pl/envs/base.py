@@ -63,6 +63,25 @@ class SerialVecEnv:
         return out
 
 
+def pick_split(splits: dict[str, list[Task]], split: str, env_name: str) -> list[Task]:
+    """The tasks of `split` for envs with fixed train/test splits (a clear error naming the config key)."""
+    if split not in splits:
+        raise KeyError(f"eval.split: {env_name} has splits {sorted(splits)}, not {split!r}")
+    return splits[split]
+
+
+def scripted_agent_by_name(name: str, seed: int, eps: float, oracle: Callable[..., Any],
+                           random_agent: Callable[[int], Any]) -> Any:
+    """oracle / noisy_oracle / random for envs that bring their own oracle class `oracle(eps, seed, name)`."""
+    if name == "oracle":
+        return oracle(0.0, seed)
+    if name == "noisy_oracle":
+        return oracle(eps, seed, "noisy_oracle")
+    if name == "random":
+        return random_agent(seed)
+    raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+
+
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
-from dreamgym_pl.envs.base import register
+from dreamgym_pl.envs.base import pick_split, register, scripted_agent_by_name
 from dreamgym_pl.envs.parallel import ProcessVecEnv
 
 # MiniWoB++ tasks whose goal can be read from the utterance and the accessibility tree (scripted oracles below)
@@ -336,18 +336,10 @@ class BrowserVecEnv(ProcessVecEnv):
                          workers=workers, timeout_s=max(30.0, 4 * timeout_ms / 1000))
 
     def _tasks(self, split: str) -> list[Task]:
-        if split not in self.splits:
-            raise KeyError(f"eval.split: miniwob has splits {sorted(self.splits)}, not {split!r}")
-        return self.splits[split]
+        return pick_split(self.splits, split, "miniwob")
 
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
-        if name == "oracle":
-            return MiniWoBOracle(0.0, seed)
-        if name == "noisy_oracle":
-            return MiniWoBOracle(eps, seed, "noisy_oracle")
-        if name == "random":
-            return RandomBrowserAgent(seed)
-        raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+        return scripted_agent_by_name(name, seed, eps, MiniWoBOracle, RandomBrowserAgent)
 
     def explain(self, t: Transition) -> str:
         return browser_reasoning(t)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
-from dreamgym_pl.envs.base import SerialVecEnv, register
+from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, scripted_agent_by_name
 
 TEST_SEED_BASE = 1_000_000  # test games use seeds TEST_SEED_BASE + i: disjoint from the train seeds 1..N
 _BANNER_LINE = re.compile(r"^[\s_$|\\/<>=\-]*$")
@@ -297,20 +297,12 @@ class TextWorldVecEnv(SerialVecEnv):
         self.name = name
 
     def _tasks(self, split: str) -> list[Task]:
-        if split not in self.splits:
-            raise KeyError(f"eval.split: {self.name} has splits {sorted(self.splits)}, not {split!r}")
-        return self.splits[split]
+        return pick_split(self.splits, split, self.name)
 
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
         from dreamgym_pl.agents import RandomAgent
 
-        if name == "oracle":
-            return TextWorldOracle(0.0, seed)
-        if name == "noisy_oracle":
-            return TextWorldOracle(eps, seed, "noisy_oracle")
-        if name == "random":
-            return RandomAgent(seed)
-        raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+        return scripted_agent_by_name(name, seed, eps, TextWorldOracle, RandomAgent)
 
     def explain(self, t: Transition) -> str:
         return textworld_reasoning(t)

@@ -314,7 +314,9 @@ def _rl_module(run: Run, model: Any, tok: Any, algo: Any, state: dict | None):
 
     # on resume the KL reference stays the stage's starting policy, not the checkpoint
     ref = run.load_policy()[0] if state and (algo.kl_coef > 0) else None
-    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo, ref_model=ref)
+    # warm-up only from a fresh start: a resumed stage's optimizer state is already past it
+    module = PolicyModule(model, tok, algo.name, lr=algo.lr, algo=algo, ref_model=ref,
+                          warmup_steps=0 if state else algo.warmup_steps)
     if state and state.get("value_head") is not None and module.value_head is not None:
         module.value_head.load_state_dict(state["value_head"])
     return module

@@ -48,6 +48,7 @@ class AlgoConfig:
     vf_coef: float = 0.5
     vf_clip: float | None = 0.2
     lr: float = 2.0e-4
+    warmup_steps: int = 0         # linear lr warm-up over the first N optimizer steps of an RL stage
     critic_lr: float = 1.0e-3
     grad_clip: float = 1.0
 

@@ -46,6 +46,21 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     return (text, False) if best is None else (text[:best], True)
 
 
+def tokens_through_stop(ids: Sequence[int], decode: Any, stops: Sequence[str]) -> int:
+    """Length of the shortest prefix of `ids` whose decoded text contains a stop string (len(ids) if none
+    does): the tokens after it never reached the environment, so they must not be trained on."""
+    if not stops or not cut_at_stop(decode(list(ids)), stops)[1]:
+        return len(ids)
+    lo, hi = 1, len(ids)  # "prefix contains a stop" is monotone in the prefix length
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cut_at_stop(decode(list(ids[:mid])), stops)[1]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 class HFEngine:
     """Batched, left-padded `model.generate` with per-token log-probs of the sampled tokens."""
 
@@ -100,10 +115,14 @@ class HFEngine:
                 lps.append(l)
                 if t == tok.eos_token_id:
                     break
-            text = tok.decode([t for t in ids if t != tok.eos_token_id], skip_special_tokens=True)
+            self.generated_tokens += len(ids)  # all tokens generated, including those past the stop
+            dec = lambda x: tok.decode([t for t in x if t != tok.eos_token_id], skip_special_tokens=True)  # noqa: E731
+            if params.stop:  # generation ran on past the stop string: keep the tokens that made the text
+                n = tokens_through_stop(ids, dec, params.stop)
+                ids, lps = ids[:n], lps[:n]
+            text = dec(ids)
             if params.stop:
                 text, _ = cut_at_stop(text, params.stop)
-            self.generated_tokens += len(ids)
             outs.append(Completion(text=text, token_ids=ids, logprobs=lps))
         return outs
 

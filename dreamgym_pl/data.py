@@ -116,6 +116,7 @@ class RolloutStream(IterableDataset):
         self.task_sampler = task_sampler
         self.max_prompt_tokens = max_prompt_tokens
         self.consumed = 0  # transitions of all ranks
+        self.rollout_s = 0.0  # wall time spent collecting rollouts (policy generation + env steps)
         self.local_consumed = 0  # this rank's
         self.rank_log: list[list[str]] = []  # task ids this rank rolled out, per iteration
         self.iteration = 0
@@ -127,9 +128,16 @@ class RolloutStream(IterableDataset):
             self.consumed = int(resume_state["consumed"])
             self.iteration = int(resume_state["iteration"])
             self.history = list(resume_state.get("history", []))
+            self.rollout_s = float(resume_state.get("rollout_s", 0.0))
+
+    @property
+    def transitions_per_s(self) -> float:
+        """Rollout throughput of the stage: transitions (all ranks) per second of collection wall time."""
+        return self.consumed / self.rollout_s if self.rollout_s > 0 else 0.0
 
     def state(self) -> dict:
-        return {"consumed": self.consumed, "iteration": self.iteration, "history": self.history}
+        return {"consumed": self.consumed, "iteration": self.iteration, "history": self.history,
+                "rollout_s": self.rollout_s}
 
     def _iteration_tasks(self, last: list[Trajectory] | None) -> list[Task]:
         """The iteration's tasks, identical on every rank: the default sampler is seeded by the iteration; a
@@ -203,6 +211,7 @@ class RolloutStream(IterableDataset):
             tok0 = engine.generated_tokens
             trajs = run_episodes(self.env, rollout_tasks, actor, batch_size=self.gen_batch, source=self.source)
             gen_s = time.perf_counter() - t0
+            self.rollout_s += gen_s
             if hasattr(engine, "sleep"):
                 engine.sleep()  # colocated engines give the trainer their memory until the next rollouts
             last = trajs

@@ -340,7 +340,8 @@ def _real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: 
     _plot_history(run, stage, stream.history)
     _rank_report(run, stage, stream, module)
     _finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": stream.consumed,
-                                              f"{stage}/iterations": stream.iteration})
+                                              f"{stage}/iterations": stream.iteration,
+                                              f"{stage}/transitions_per_s": stream.transitions_per_s})
     run.add_budget("real_transitions", stream.consumed)
 
 
@@ -675,7 +676,7 @@ def stage_synthetic_rl(run: Run) -> None:
     gen = max(st["generate_s"], 1e-9)
     _finish_policy_stage(run, "synthetic_rl", module, {
         "synthetic_rl/real_transitions": 0, "synthetic_rl/synthetic_transitions": stream.consumed,
-        "synthetic_rl/iterations": stream.iteration,
+        "synthetic_rl/iterations": stream.iteration, "synthetic_rl/transitions_per_s": stream.transitions_per_s,
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
         "synthetic_rl/replay_size": len(buffer)})

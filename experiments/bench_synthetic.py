@@ -55,7 +55,7 @@ def main() -> None:
     print("| measure | value |")
     print("|---|---|")
     print(f"| synthetic transitions/s (policy + experience model) | {n_syn / syn_s:.1f} |")
-    print(f"| real transitions/s (policy + built-in WebShop) | {n_real / real_s:.1f} |")
+    print(f"| real transitions/s (policy + real env `{cfg.env.name}`) | {n_real / real_s:.1f} |")
     print(f"| synthetic env step time: generation | {st['generate_s']:.2f} s |")
     for k in ("retrieval_s", "prompt_s", "parse_s"):
         print(f"| synthetic env step time: {k[:-2]} (share of generation) | {st[k]:.3f} s ({100 * st[k] / st['generate_s']:.1f}%) |")
@@ -63,6 +63,8 @@ def main() -> None:
     print(f"| overhead beside generation, total | {100 * over / st['generate_s']:.1f}% of generation, "
           f"{100 * over / env_s:.1f}% of the env step |")
     print(f"| invalid (unparseable) outputs | {st['invalid_outputs']} of {st['steps']} steps |")
+    if hasattr(run.env, "close"):  # browser envs hold worker processes
+        run.env.close()
 
 
 if __name__ == "__main__":

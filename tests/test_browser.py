@@ -35,10 +35,25 @@ def test_admissible_actions_by_role():
 
 
 @pytest.mark.parametrize("raw,norm", [("click ( ' 13 ' )", "click('13')"), ("fill ( ' 12 ' , ' keli ' )", "fill('12', 'keli')"),
+                                      ("click ( ' 1 3 ' )", "click('13')"), ("click ( ' a 1 2 ' )", "click('a12')"),
+                                      ("fill ( ' 1 2 ' , ' room 1 0 4 , x - large ' )", "fill('12', 'room 104, x-large')"),
                                       ('fill("12", "a b")', "fill('12', 'a b')"), ("noop ( )", "noop()"),
                                       ("nonsense", "nonsense")])
 def test_normalize_action(raw, norm):
     assert normalize_action(raw) == norm
+
+
+def test_actions_survive_the_word_tokenizer():
+    """What the tiny policy can emit: decode(encode(action)) of the word tokenizer (digits split one a
+    token, punctuation isolated, tokens joined by spaces) normalises back to the exact action."""
+    from dreamgym_pl.models import train_word_tokenizer
+
+    actions = ["click('13')", "click('7')", "fill('102', 'keli')", "fill('21', 'room 104, x-large')", "noop()"]
+    tok = train_word_tokenizer(actions)
+    for a in actions:
+        decoded = tok.decode(tok(a, add_special_tokens=False)["input_ids"], skip_special_tokens=True)
+        assert decoded != a or a == "noop()"
+        assert normalize_action(decoded) == a
 
 
 def test_oracles_read_goal_and_tree():

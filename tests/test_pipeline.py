@@ -56,6 +56,7 @@ def test_s2r_pipeline_tiny(tmp_path):
                      tmp_path)
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
+    assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
     for k in ("experience/reward_agreement", "sft/test_success_rate", "synthetic_rl/test_success_rate",
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):

@@ -129,15 +129,27 @@ def admissible_actions(tree: str) -> list[str]:
     return acts
 
 
+def detokenize_text(text: str) -> str:
+    """Undo a word tokenizer's spacing inside free text: digit runs (split one digit a token) are joined,
+    no space before closing punctuation or after an opening bracket, none around hyphens."""
+    t = re.sub(r"(?<=\d) (?=\d)", "", " ".join(text.split()))
+    t = re.sub(r" ([,.!?;:)\]}])", r"\1", t)
+    t = re.sub(r"([(\[{]) ", r"\1", t)
+    return re.sub(r" ?- ?", "-", t)
+
+
 def normalize_action(action: str) -> str:
-    """Undo word-tokenizer spacing: `click ( ' 13 ' )` -> `click('13')`, `fill ( ' 12 ' , ' x ' )` ->
-    `fill('12', 'x')`."""
+    """Undo word-tokenizer spacing: `click ( ' 1 3 ' )` -> `click('13')`, `fill ( ' 1 2 ' , ' keli ' )` ->
+    `fill('12', 'keli')`. The first argument is an element id (no spaces in BrowserGym bids); the others
+    are free text."""
     a = " ".join((action or "").split())
     m = re.match(r"^(\w+)\s*\((.*)\)\s*$", a)
     if not m:
         return a
-    args = [x.strip().strip("'\"").strip() for x in re.findall(r"'[^']*'|\"[^\"]*\"|[^,]+", m.group(2))]
-    return f"{m.group(1)}(" + ", ".join(f"'{x}'" for x in args if x != "") + ")"
+    args = [x.strip().strip("'\"").strip() for x in re.findall(r"'[^']*'|\"[^\"]*\"|[^,\s][^,]*", m.group(2))]
+    args = [x for x in args if x != ""]
+    args = ["".join(x.split()) if i == 0 else detokenize_text(x) for i, x in enumerate(args)]
+    return f"{m.group(1)}(" + ", ".join(f"'{x}'" for x in args) + ")"
 
 
 def quoted(text: str) -> list[str]:

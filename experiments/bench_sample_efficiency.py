@@ -86,6 +86,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one seed, small budgets, short training")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    if args.only:  # `--only A B key=value`: argparse hands trailing overrides to --only; take them back
+        args.overrides = [o for o in args.only if "=" in o] + args.overrides
+        args.only = [o for o in args.only if "=" not in o]
+        unknown = [o for o in args.only if o not in variants(0, 0)]
+        if unknown:
+            ap.error(f"--only: unknown variant(s) {unknown}; choose from {list(variants(0, 0))}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     extra = []
     if args.quick:

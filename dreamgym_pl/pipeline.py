@@ -499,6 +499,7 @@ def stage_experience(run: Run) -> None:
     """Annotate offline transitions with reasoning, seed the replay buffer, train the experience model,
     judge it on held-out real trajectories."""
     from dreamgym_pl.experience.annotate import annotate
+    from dreamgym_pl.experience.format import target_length_report
     from dreamgym_pl.experience.judge import judge_steps
     from dreamgym_pl.experience.module import ExperienceModule, experience_loaders
     from dreamgym_pl.models import build_tiny_llama, load_pretrained
@@ -529,6 +530,13 @@ def stage_experience(run: Run) -> None:
     gen_examples = task_generation_examples(run, tok)
     train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
                                                     extra=gen_examples)
+    step_samples = list(train_dl.dataset)[: len(train_dl.dataset) - len(gen_examples)]  # task-generation ones are short
+    lengths = target_length_report([len(s.response_ids) for s in step_samples], e.max_new_tokens)
+    if lengths["over_share"] > 0.01:
+        log.warning("experience: %.0f%% of training targets are longer than experience.max_new_tokens=%d (longest %d "
+                    "tokens, p95 %d): their generations are cut before <reward>/<done> and count as invalid; "
+                    "raise experience.max_new_tokens", 100 * lengths["over_share"], e.max_new_tokens,
+                    lengths["max_len"], lengths["p95_len"])
     module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps)
     run.trainer("experience", max_epochs=-1 if e.max_steps > 0 else e.epochs,
                 max_steps=e.max_steps if e.max_steps > 0 else -1, gradient_clip_val=1.0,
@@ -537,7 +545,9 @@ def stage_experience(run: Run) -> None:
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps, max_new_tokens=e.max_new_tokens)
     run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
-                "experience/task_generation_examples": len(gen_examples)})
+                "experience/task_generation_examples": len(gen_examples),
+                "experience/targets_over_max_new_tokens": lengths["over_share"],
+                "experience/target_max_tokens": lengths["max_len"]})
     log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})
     run.state["experience"] = rel
     run.complete("experience")

@@ -3,7 +3,8 @@ from hypothesis import given, settings, strategies as st
 
 from dreamgym_pl.core import Observation, Task, Transition
 from dreamgym_pl.experience.annotate import rule_based_reasoning
-from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, build_prompt, build_target, parse_output
+from dreamgym_pl.experience.format import (INVALID_STATE, ExperienceFormat, build_prompt, build_target, parse_output,
+                                         target_length_report)
 from dreamgym_pl.experience.judge import score_steps, set_f1, token_f1
 from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.replay.buffer import ReplayBuffer
@@ -128,3 +129,19 @@ def test_synthetic_env_steps_enriches_and_counts_invalid():
     env.reset([Task("c", "buy x")])
     r = env.step(["click[nothing]"])  # not offered by the state: failure state, no generation
     assert r[0].done and r[0].reward == 0.0 and r[0].info["invalid"] and len(eng.prompts) == 3
+
+
+def test_target_length_report_hand_computed():
+    lengths = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160, 170, 180, 190, 200]
+    r = target_length_report(lengths, 150)
+    assert r["over_share"] == 5 / 20 and r["max_len"] == 200.0
+    assert r["p95_len"] == 190.0  # nearest rank: ceil(0.95 * 20) = 19th smallest
+    assert target_length_report([5, 7], 7) == {"over_share": 0.0, "max_len": 7.0, "p95_len": 7.0}
+    assert target_length_report([], 7)["over_share"] == 0.0
+
+
+def test_target_cut_before_reward_is_invalid():
+    """Why over_share is a floor on the invalid-output rate: a generation cut by max_new_tokens loses its tags."""
+    cut = VALID[: VALID.index("<reward>")]
+    p = parse_output(cut)
+    assert not p.valid and "reward" in p.errors and "done" in p.errors

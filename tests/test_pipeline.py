@@ -62,6 +62,7 @@ def test_s2r_pipeline_tiny(tmp_path):
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
         assert k in m
     assert m["curriculum/max_share"] <= 0.5
+    assert 0.0 <= m["experience/targets_over_max_new_tokens"] <= 1.0 and m["experience/target_max_tokens"] > 10
     assert (tmp_path / "replay" / "CURRENT").exists() and (tmp_path / "curriculum" / "state.json").exists()
 
 

@@ -127,3 +127,18 @@ def parse_output(text: str) -> ParsedStep:
         return ParsedStep(Observation(" ".join(state.split()), admissible), reward, done_v == "true", reasoning, True, [])
     except Exception as e:  # the parser must never take a run down
         return ParsedStep(Observation(INVALID_STATE, []), 0.0, True, "", False, [f"exception: {e!r}"])
+
+
+def target_length_report(lengths: Sequence[int], max_new_tokens: int) -> dict[str, float]:
+    """How well `max_new_tokens` covers the training targets (token counts, EOS included).
+
+    A target longer than the generation bound is cut before its `<reward>`/`<done>` tags, so the synthetic env
+    can only produce an invalid transition for it: `over_share` is a floor on the invalid-output rate.
+    Returns the share of targets over the bound, the longest target and the 95th-percentile length
+    (nearest-rank)."""
+    xs = sorted(int(n) for n in lengths)
+    if not xs:
+        return {"over_share": 0.0, "max_len": 0.0, "p95_len": 0.0}
+    over = sum(1 for n in xs if n > max_new_tokens)
+    p95 = xs[max(0, math.ceil(0.95 * len(xs)) - 1)]
+    return {"over_share": over / len(xs), "max_len": float(xs[-1]), "p95_len": float(p95)}

@@ -530,8 +530,9 @@ def stage_experience(run: Run) -> None:
     gen_examples = task_generation_examples(run, tok)
     train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
                                                     extra=gen_examples)
-    step_samples = list(train_dl.dataset)[: len(train_dl.dataset) - len(gen_examples)]  # task-generation ones are short
-    lengths = target_length_report([len(s.response_ids) for s in step_samples], e.max_new_tokens)
+    gen_ids = {id(g) for g in gen_examples}  # task-generation examples have their own, shorter bound
+    lengths = target_length_report([len(s.response_ids) for s in train_dl.dataset if id(s) not in gen_ids],
+                                   e.max_new_tokens)
     if lengths["over_share"] > 0.01:
         log.warning("experience: %.0f%% of training targets are longer than experience.max_new_tokens=%d (longest %d "
                     "tokens, p95 %d): their generations are cut before <reward>/<done> and count as invalid; "

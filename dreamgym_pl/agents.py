@@ -1,39 +1,24 @@
-"""Scripted agents for offline data and reference evaluations: oracle, random and noisy oracle.
+"""Scripted agents for offline data and reference evaluations: oracle, noisy oracle and random.
 
 Agents are batched like the envs: `begin(tasks)` opens one slot per task and `act(obs)` returns one
-action per slot (None for a slot whose episode has ended). The oracle reads the goal (for WebShop: the
-target product and its options); the random agent picks uniformly among admissible actions.
+action per slot (None for a slot whose episode has ended). Each environment supplies its own agents
+(`Environment.scripted_agent`: the oracle reads the goal, which only the environment understands);
+`make_agent` asks the environment for one. The generic `RandomAgent` picks uniformly among the
+admissible actions an observation lists.
 """
 
 from __future__ import annotations
 
 import random
-import re
-from typing import Sequence
+from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, Task
-
-_QUERY_DROP = {"i", "need", "am", "looking", "for", "find", "me", "want", "a", "an", "the", "and", "with", "price",
-               "lower", "than", "dollars"}
-
-
-def goal_query(task: Task) -> str:
-    """The oracle's search: the goal's attributes, product type and option values (all words of the
-    instruction, so a policy can learn to write the same query)."""
-    g = task.goal
-    if "query" in g and "attributes" in g:
-        opts = g.get("goal_options", {})
-        vals = list(opts.values()) if isinstance(opts, dict) else list(opts)
-        return " ".join(list(g["attributes"]) + [g["query"]] + vals)
-    words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
-    return " ".join(words[:8])
-
-
-def _click_target(a: str) -> str:
-    return a[len("click["):-1] if a.startswith("click[") else a
+from dreamgym_pl.envs.base import SCRIPTED_AGENTS
 
 
 class ScriptedAgent:
+    """Base of the batched scripted agents: subclasses implement `act_one(slot, obs)`."""
+
     name = "scripted"
 
     def begin(self, tasks: Sequence[Task]) -> None:
@@ -47,7 +32,7 @@ class ScriptedAgent:
 
 
 class RandomAgent(ScriptedAgent):
-    """Uniform over admissible actions; searches with 2-4 random instruction words (WebShop)."""
+    """Uniform over the admissible actions listed by the observation ("" when it lists none)."""
 
     name = "random"
 
@@ -55,118 +40,14 @@ class RandomAgent(ScriptedAgent):
         self.rng = random.Random(seed)
 
     def act_one(self, slot: int, obs: Observation) -> str:
-        if obs.admissible and not any(a.startswith(("click[", "search[")) for a in obs.admissible):
-            return self.rng.choice(obs.admissible)  # a text game: any admissible command
-        clicks = [a for a in obs.admissible if a.startswith("click[")]
-        can_search = any(a.startswith("search[") for a in obs.admissible)
-        if can_search and (not clicks or self.rng.random() < 0.5):
-            words = re.findall(r"[a-z]+", self.tasks[slot].instruction.lower()) or ["item"]
-            return "search[" + " ".join(self.rng.sample(words, min(len(words), self.rng.randint(2, 4)))) + "]"
-        if not clicks:
-            return "click[back to search]"
-        return self.rng.choice(clicks)
+        return self.rng.choice(obs.admissible) if obs.admissible else ""
 
 
-class WebShopOracle(ScriptedAgent):
-    """Searches with the goal words, clicks the first listed product that fully satisfies the goal (judged
-    from the catalogue when it has one, else the goal's own product), pages on when none does, picks the
-    goal options and buys. Choosing among visible results, not hunting one hidden id, keeps the
-    demonstrations learnable from what a policy sees."""
-
-    name = "oracle"
-
-    def __init__(self, max_pages: int = 5, catalogue: dict[str, dict] | None = None):
-        self.max_pages = max_pages
-        self.catalogue = catalogue
-        self._ok: dict[tuple[str, str], bool] = {}
-
-    def _satisfies(self, asin: str, task: Task) -> bool:
-        g = task.goal
-        if asin == g.get("asin"):
-            return True
-        if self.catalogue is None or asin not in self.catalogue:
-            return False
-        key = (asin, task.task_id)
-        if key not in self._ok:
-            from dreamgym_pl.envs.webshop.reward import purchase_reward
-
-            p = self.catalogue[asin]
-            opts = g.get("goal_options", {})
-            wanted = list(opts.values()) if isinstance(opts, dict) else list(opts)
-            have = [v for vals in p.get("options", {}).values() for v in vals if v in wanted]
-            self._ok[key] = purchase_reward(p, have, g)["reward"] >= 1.0 - 1e-9
-        return self._ok[key]
-
-    def begin(self, tasks: Sequence[Task]) -> None:
-        super().begin(tasks)
-        self.pages = [0] * len(self.tasks)
-
-    def act_one(self, slot: int, obs: Observation) -> str:
-        task = self.tasks[slot]
-        g = task.goal
-        adm = obs.admissible
-        targets = [_click_target(a) for a in adm]
-        if any(a.startswith("search[") for a in adm):
-            return f"search[{goal_query(task)}]"
-        for t in targets:
-            if t not in ("back to search", "next >", "< prev") and self._satisfies(obs.refs.get(t, t), task):
-                return f"click[{t}]"
-        if "buy now" in targets:
-            selected = set(re.findall(r"\(([^()]*)\):", obs.text))
-            wanted = g.get("goal_options", {})
-            wanted_vals = list(wanted.values()) if isinstance(wanted, dict) else list(wanted)
-            for v in wanted_vals:
-                if v in targets and v not in selected:
-                    return f"click[{v}]"
-            return "click[buy now]"
-        if "description" in targets or targets == ["back to search", "< prev"]:
-            return "click[< prev]"
-        if "next >" in targets and self.pages[slot] < self.max_pages - 1:
-            self.pages[slot] += 1
-            return "click[next >]"
-        products = [t for t in targets if t not in ("back to search", "next >", "< prev")]
-        if products:
-            return f"click[{products[0]}]"
-        return "click[back to search]"
-
-
-class NoisyOracle(ScriptedAgent):
-    """The oracle with probability 1 - eps, a random admissible action otherwise (mixed-quality data)."""
-
-    name = "noisy_oracle"
-
-    def __init__(self, eps: float = 0.3, seed: int = 0):
-        if not 0.0 <= eps <= 1.0:
-            raise ValueError("agent eps must lie in [0, 1]")
-        self.eps = eps
-        self.rng = random.Random(seed)
-        self.oracle = WebShopOracle()
-        self.random = RandomAgent(seed + 1)
-
-    def begin(self, tasks: Sequence[Task]) -> None:
-        super().begin(tasks)
-        self.oracle.begin(tasks)
-        self.random.begin(tasks)
-
-    def act_one(self, slot: int, obs: Observation) -> str:
-        if self.rng.random() < self.eps:
-            return self.random.act_one(slot, obs)
-        return self.oracle.act_one(slot, obs)
-
-
-def make_agent(name: str, seed: int = 0, eps: float = 0.3, env: object | None = None) -> ScriptedAgent:
-    """A scripted agent. An `env` with a `scripted_agent(name, seed, eps)` method supplies its own (TextWorld:
-    the walkthrough oracle); for WebShop, `env` lends the oracle its catalogue to judge listed products."""
-    if env is not None and hasattr(env, "scripted_agent"):
-        return env.scripted_agent(name, seed, eps)
-    engine = getattr(env, "engine", None)
-    catalogue = {p["asin"]: p for p in engine.products} if engine is not None and hasattr(engine, "products") else None
-    if name == "oracle":
-        return WebShopOracle(catalogue=catalogue)
-    if name == "random":
-        return RandomAgent(seed)
-    if name == "noisy_oracle":
-        agent = NoisyOracle(eps, seed)
-        agent.oracle.catalogue = catalogue
-        return agent
-    raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+def make_agent(name: str, seed: int = 0, eps: float = 0.3, env: Any = None) -> Any:
+    """The scripted agent `name` (oracle / noisy_oracle / random) of environment `env`: `env.scripted_agent(name,
+    seed, eps)`; eps is the noisy oracle's probability of a random action."""
+    if name not in SCRIPTED_AGENTS:
+        raise KeyError(f"unknown scripted agent {name!r}; known: {list(SCRIPTED_AGENTS)}")
+    if env is None:
+        raise ValueError(f"make_agent({name!r}) needs the environment: scripted agents come from env.scripted_agent")
+    return env.scripted_agent(name, seed, eps)

@@ -7,9 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-KNOWN_STAGES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "s2r", "eval")
-IMPLEMENTED_STAGES = KNOWN_STAGES
-SCRIPTED_AGENTS = ("oracle", "random", "noisy_oracle")
+from dreamgym_pl.envs.base import SCRIPTED_AGENTS
 
 
 class ConfigError(ValueError):
@@ -33,13 +31,13 @@ def _positive(cfg: DictConfig, key: str, allow_zero: bool = False) -> None:
 
 def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     from dreamgym_pl.envs.base import known_envs
+    from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm
+    from dreamgym_pl.stages import STAGES
 
     stages = list(_get(cfg, "stages") or [])
     _require(len(stages) > 0, "stages", "no stage to run")
     for s in stages:
-        _require(s in KNOWN_STAGES, "stages", f"unknown stage {s!r}; known: {list(KNOWN_STAGES)}")
-        _require(s in IMPLEMENTED_STAGES, "stages",
-                 f"stage {s!r} is not implemented yet in this version (implemented: {list(IMPLEMENTED_STAGES)})")
+        _require(s in STAGES, "stages", f"unknown stage {s!r}; known: {list(STAGES)}")
     env_name = _get(cfg, "env.name")
     _require(env_name in known_envs(), "env.name", f"unknown environment {env_name!r}; known: {known_envs()}")
     for key in ("env.max_steps", "env.num_products", "env.goals_per_product", "env.num_test", "env.results_per_page",
@@ -62,11 +60,13 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         if _get(cfg, key) is not None:
             _positive(cfg, key)
     for key in ("experience.epochs", "experience.lr", "experience.batch_size", "experience.max_new_tokens",
-                "replay.dim", "replay.capacity", "synthetic_rl.tasks_per_iter"):
+                "replay.dim", "replay.capacity", "synthetic_rl.tasks_per_iter", "rollout.batch_size", "prompt.max_tokens",
+                "experience.max_prompt_tokens", "experience.max_target_tokens", "experience.val_every",
+                "experience.grad_clip", "sft.grad_clip"):
         if _get(cfg, key) is not None:
             _positive(cfg, key)
     for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget",
-                "eval.curve_every", "eval.curve_goals"):
+                "eval.curve_every", "eval.curve_goals", "replay.overfetch", "rollout.samples_every"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     lam = _get(cfg, "curriculum.lambda_")
@@ -90,8 +90,6 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     if "deepspeed" in target.lower():
         _require(_get(cfg, "trainer.accelerator") in ("gpu", "cuda", "auto"), "trainer.accelerator",
                  "DeepSpeed runs on CUDA GPUs only (Lightning refuses it on CPU); use trainer=cpu here")
-    _require(_get(cfg, "experience.annotator") in ("rule",), "experience.annotator",
-             "must be rule (the teacher-LLM annotator is used through the API)")
     if "synthetic_rl" in stages and "experience" not in stages:
         _require(run_dir is not None and (Path(run_dir) / "checkpoints" / "experience" / "config.json").exists(),
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
@@ -101,7 +99,14 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     agent = _get(cfg, "eval.agent")
     _require(agent in ("policy",) + SCRIPTED_AGENTS, "eval.agent", f"must be policy or one of {list(SCRIPTED_AGENTS)}, got {agent!r}")
     _require(_get(cfg, "eval.split") in ("train", "test"), "eval.split", "must be train or test")
-    _require(_get(cfg, "algo.name") in ("grpo", "ppo"), "algo.name", f"must be grpo or ppo, got {_get(cfg, 'algo.name')!r}")
+    algo_name = _get(cfg, "algo.name")
+    _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")
+    try:
+        rl_algorithm(OmegaConf.to_container(cfg.algo, resolve=True))
+    except (KeyError, TypeError) as e:
+        raise ConfigError(str(e).strip("'\"")) from e
+    _require(_get(cfg, "algo.agg") in ("token-mean", "seq-mean"), "algo.agg", "must be token-mean or seq-mean")
+    _require(_get(cfg, "algo.kl_kind") in ("k1", "k3"), "algo.kl_kind", "must be k1 or k3")
     _require(_get(cfg, "algo.reward") in ("score", "success"), "algo.reward", "must be score or success")
     src = _get(cfg, "sft.source")
     _require(src in SCRIPTED_AGENTS + ("all",), "sft.source", f"must be one of {list(SCRIPTED_AGENTS) + ['all']}")

@@ -10,7 +10,7 @@ import math
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -40,18 +40,18 @@ def select_seeds(variances: dict[str, float], min_variance: float, num_seeds: in
     return [t for _, t in ok[:num_seeds]]
 
 
-def max_generated(batch_size: int, lam: float) -> int:
-    """The most generated tasks a batch of `batch_size` may hold under the bound lambda."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"curriculum.lambda_: must lie in [0, 1], got {lam}")
-    return int(math.floor(lam * batch_size + 1e-9))
+def max_generated(batch_size: int, max_share: float) -> int:
+    """The most generated tasks a batch of `batch_size` may hold under the bound lambda (`curriculum.lambda_`)."""
+    if not 0.0 <= max_share <= 1.0:
+        raise ValueError(f"curriculum.lambda_: must lie in [0, 1], got {max_share}")
+    return int(math.floor(max_share * batch_size + 1e-9))
 
 
-def mix_batch(original: Sequence[Task], generated: Sequence[Task], batch_size: int, lam: float,
+def mix_batch(original: Sequence[Task], generated: Sequence[Task], batch_size: int, max_share: float,
               rng: random.Random) -> list[Task]:
     """A batch with at most floor(lambda * B) generated tasks (the newest first), the rest original tasks
     drawn without replacement so their coverage is kept."""
-    n_gen = min(len(generated), max_generated(batch_size, lam))
+    n_gen = min(len(generated), max_generated(batch_size, max_share))
     gen = list(generated)[-n_gen:] if n_gen else []
     orig = rng.sample(list(original), min(len(original), batch_size - n_gen))
     return orig + gen
@@ -108,17 +108,20 @@ class Curriculum:
     generator (the experience model as M_task) for variations of the highest-variance seeds, and mixes at
     most a share lambda of generated tasks into each batch.
 
-    `generate(prompts) -> texts` is the generator; `embed(texts) -> array` groups tasks for PPO (no groups).
+    `generate(prompts) -> texts` is the generator; `task_values(trajectories) -> {task id: value}` values the
+    tasks of an iteration (the RL algorithm's grouping: GRPO groups, PPO clusters).
     """
 
-    def __init__(self, original: Sequence[Task], generate, lam: float, min_variance: float, num_seeds: int,
-                 batch_size: int, seed: int = 0, algo: str = "grpo", embed=None, num_clusters: int = 8,
-                 max_words: int = 40, state: CurriculumState | None = None):
-        max_generated(batch_size, lam)  # validates lambda
+    def __init__(self, original: Sequence[Task], generate: Callable[[list[str]], list[str]],
+                 task_values: Callable[[list], dict[str, float]], max_share: float, min_variance: float,
+                 num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
+                 state: CurriculumState | None = None):
+        max_generated(batch_size, max_share)  # validates lambda
         self.original = list(original)
         self.generate = generate
-        self.lam, self.min_variance, self.num_seeds = lam, min_variance, num_seeds
-        self.batch_size, self.algo, self.embed, self.num_clusters = batch_size, algo, embed, num_clusters
+        self.task_values = task_values
+        self.max_share, self.min_variance, self.num_seeds = max_share, min_variance, num_seeds
+        self.batch_size = batch_size
         self.max_words = max_words
         self.rng = random.Random(seed)
         self.state = state or CurriculumState()
@@ -126,24 +129,12 @@ class Curriculum:
         self.last_logs: dict[str, float] = {}
         self.last_new: list[Task] = []
 
-    def _values(self, trajs) -> dict[str, float]:
-        rewards = [t.final_reward for t in trajs]
-        if self.algo == "grpo":
-            return group_variances([t.task.task_id for t in trajs], rewards)
-        # PPO: cluster tasks by instruction embedding; each cluster is a group, its value is given to its tasks
-        uniq = list(dict.fromkeys(t.task.task_id for t in trajs))
-        instr = {t.task.task_id: t.task.instruction for t in trajs}
-        labels = cluster_groups(self.embed([instr[u] for u in uniq]), self.num_clusters) if self.embed else [0] * len(uniq)
-        lab = dict(zip(uniq, labels))
-        cv = group_variances([str(lab[t.task.task_id]) for t in trajs], rewards)
-        return {u: cv[str(lab[u])] for u in uniq}
-
     def update(self, trajs) -> None:
         by_id = {t.task.task_id: t.task for t in trajs}
-        values = self._values(trajs)
+        values = self.task_values(trajs)
         self.state.values.update(values)
         self.last_new = []
-        seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.lam > 0 else []
+        seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
         if seeds:
             prompts = [task_generation_prompt(by_id[s].instruction) for s in seeds]
             for sid, text in zip(seeds, self.generate(prompts)):
@@ -162,10 +153,11 @@ class Curriculum:
                           "curriculum/num_generated": float(len(self.state.generated)),
                           "curriculum/rejected": float(self.state.rejected), "curriculum/seeds": float(len(seeds))}
 
-    def sample(self, iteration: int, last_trajs) -> list[Task]:
+    def sample(self, last_trajs) -> list[Task]:
+        """The next batch of tasks, after learning from the last iteration's trajectories (None: none yet)."""
         if last_trajs:
             self.update(last_trajs)
-        batch = mix_batch(self.original, self.state.generated, self.batch_size, self.lam, self.rng)
+        batch = mix_batch(self.original, self.state.generated, self.batch_size, self.max_share, self.rng)
         share = sum(1 for t in batch if t.parent_id is not None) / max(1, len(batch))
         self.state.shares.append(share)
         self.last_logs["curriculum/synthetic_share"] = share

@@ -10,20 +10,19 @@ wrapped with a LoRA adapter through peft.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
-# page separators and the experience/task-generation tags stay one token each (not "<", "next", "_", ...)
-ATOMIC_WORDS = ["[SEP]"] + [f"<{s}{t}>" for t in ("reasoning", "next_state", "actions", "reward", "done", "task")
-                            for s in ("", "/")]
 
 
-def train_word_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer (whole words; punctuation and single digits split off) trained on `texts`."""
+def train_word_tokenizer(texts: Iterable[str], vocab_size: int = 8000,
+                         atomic_words: Sequence[str] = ()) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer (whole words; punctuation and single digits split off) trained on `texts`;
+    `atomic_words` (page separators, format tags) stay one token each (not "<", "next", "_", ...)."""
     tok = Tokenizer(models.WordLevel(unk_token=SPECIAL["unk_token"]))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
@@ -31,7 +30,7 @@ def train_word_tokenizer(texts: Iterable[str], vocab_size: int = 8000) -> PreTra
                                                  pre_tokenizers.Digits(individual_digits=True)])
     trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=list(SPECIAL.values()))
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(w, normalized=False, single_word=False) for w in ATOMIC_WORDS])
+    tok.add_tokens([AddedToken(w, normalized=False, single_word=False) for w in atomic_words])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIAL)
     fast.padding_side = "left"
     return fast
@@ -85,10 +84,12 @@ def add_lora(model: Any, lora: dict[str, Any]) -> Any:
     return get_peft_model(model, cfg)
 
 
-def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[str] | None, seed: int = 0) -> tuple[Any, Any]:
+def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[str] | None, seed: int = 0,
+                   atomic_words: Sequence[str] = ()) -> tuple[Any, Any]:
     """The initial (pre-SFT) model of a run.
 
-    tiny: tokenizer trained on `corpus` and a fresh Llama, cached in <run dir>/checkpoints/base;
+    tiny: tokenizer trained on `corpus` (keeping `atomic_words` whole) and a fresh Llama, cached in
+    <run dir>/checkpoints/base;
     otherwise `from_pretrained(name_or_path)` (+ LoRA when `model.lora.enabled`)."""
     name = model_cfg["name_or_path"]
     if name != "tiny":  # real models load from their own path; nothing is copied into the run dir
@@ -99,7 +100,7 @@ def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[st
         return load_pretrained(base, "float32")
     if corpus is None:
         raise ValueError("model.name_or_path=tiny needs a text corpus to train its tokenizer")
-    tok = train_word_tokenizer(corpus, int(model_cfg.get("vocab_size", 8000)))
+    tok = train_word_tokenizer(corpus, int(model_cfg.get("vocab_size", 8000)), atomic_words)
     model = build_tiny_llama(tok, int(model_cfg["hidden_size"]), int(model_cfg["num_layers"]),
                              int(model_cfg["num_heads"]), int(model_cfg["intermediate_size"]),
                              int(model_cfg["max_positions"]), seed)

@@ -24,11 +24,13 @@ from dreamgym_pl.agents import make_agent  # noqa: E402
 from dreamgym_pl.envs import make_vec_env  # noqa: E402
 from dreamgym_pl.models import build_tiny_llama, num_params, train_word_tokenizer  # noqa: E402
 from dreamgym_pl.policy import losses  # noqa: E402
-from dreamgym_pl.policy.module import AlgoConfig, PolicyModule  # noqa: E402
+from dreamgym_pl.policy.algos import GRPO, GRPOConfig  # noqa: E402
+from dreamgym_pl.policy.module import PolicyModule  # noqa: E402
 from dreamgym_pl.policy.samples import collate, trajectory_samples  # noqa: E402
 from dreamgym_pl.rollout.actor import PolicyActor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
-from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
+from dreamgym_pl.rollout.sampling import SamplingParams  # noqa: E402
 from dreamgym_pl.rollout.prompts import PromptConfig  # noqa: E402
 
 
@@ -57,7 +59,7 @@ def main() -> None:
     inner = engine.generate
     engine.generate = lambda prompts, p: (calls.append(list(prompts)), inner(prompts, p))[1]  # type: ignore[method-assign]
     t0 = time.perf_counter()
-    run_episodes(env, tasks, PolicyActor(engine, pcfg, params), batch_size=args.batch)
+    run_episodes(env, tasks, PolicyActor(engine, pcfg, params, env.normalize_action), batch_size=args.batch)
     coll_s = time.perf_counter() - t0
     coll_tps = engine.generated_tokens / coll_s
     # the bare baseline replays the same prompt batches through model.generate (no env, no parsing), and
@@ -98,7 +100,7 @@ def main() -> None:
 
     import lightning as L
 
-    module = PolicyModule(build_tiny_llama(tok), tok, "grpo", lr=1e-4, algo=AlgoConfig(kl_coef=0.0, entropy_coef=0.0))
+    module = PolicyModule(build_tiny_llama(tok), tok, GRPO(GRPOConfig(kl_coef=0.0, entropy_coef=0.0)), lr=1e-4)
     for b in batches:
         b["old_logp"] = module.logprobs(b)
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,

@@ -19,10 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from dreamgym_pl.models import load_pretrained  # noqa: E402
-from dreamgym_pl.pipeline import Run, load_replay, make_synthetic_env  # noqa: E402
-from dreamgym_pl.rollout.actor import PolicyActor  # noqa: E402
+from dreamgym_pl.stages import Run  # noqa: E402
+from dreamgym_pl.stages.experience import load_replay  # noqa: E402
+from dreamgym_pl.stages.synthetic_rl import make_synthetic_env  # noqa: E402
+from dreamgym_pl.rollout.actor import policy_actor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
-from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
 
 
 def main() -> None:
@@ -39,7 +41,7 @@ def main() -> None:
     senv = make_synthetic_env(run, buffer)
     senv.enrich = False
     policy, tok = load_pretrained(d / "checkpoints" / "sft")
-    actor = PolicyActor(HFEngine(policy, tok), run.prompt_cfg, SamplingParams(temperature=1.0, max_new_tokens=16, stop=["]"]))
+    actor = policy_actor(HFEngine(policy, tok), run.prompt_cfg, run.env, temperature=1.0, max_new_tokens=16)
     tasks = run.env.tasks("train")[: args.episodes]
     t0 = time.perf_counter()
     syn = run_episodes(senv, tasks, actor, batch_size=args.batch, source="synthetic")

@@ -23,7 +23,8 @@ import torch  # noqa: E402
 
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.models import build_tiny_llama, num_params, train_word_tokenizer  # noqa: E402
-from dreamgym_pl.rollout.engine import HFEngine, SamplingParams  # noqa: E402
+from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
+from dreamgym_pl.rollout.sampling import SamplingParams  # noqa: E402
 
 
 def prompts_and_tokenizer(n: int):
@@ -114,12 +115,13 @@ def main() -> None:
         import lightning as L
         from lightning.pytorch.strategies import DeepSpeedStrategy
 
+        from dreamgym_pl.policy.algos import SFT
         from dreamgym_pl.policy.module import PolicyModule
         from dreamgym_pl.policy.samples import StepSample, collate
 
         torch.cuda.empty_cache()
         m = build_tiny_llama(tok, hidden_size=768, num_layers=12, num_heads=12, intermediate_size=2048, seed=1)
-        module = PolicyModule(m, tok, "sft", lr=1e-4)
+        module = PolicyModule(m, tok, SFT(), lr=1e-4)
         ids = [tok(p, add_special_tokens=False)["input_ids"][:200] for p in prompts[:64]]
         samples = [StepSample(i[:-8], i[-8:]) for i in ids]
         batches = [collate(samples[j:j + 8], tok.pad_token_id) for j in range(0, 64, 8)]

@@ -30,6 +30,10 @@ def test_preset_overrides_root_stages():
     ("algo.name=a2c", "algo.name"),
     ("stages=[collect,teleport]", "stages"),
     ("collect.noisy_eps=1.5", "collect.noisy_eps"),
+    ("algo.agg=sum", "algo.agg"),
+    ("algo.kl_kind=k9", "algo.kl_kind"),
+    ("+algo.gae_lambda=0.9", "algo.gae_lambda"),  # a PPO key under algo=grpo
+    ("rollout.batch_size=0", "rollout.batch_size"),
 ])
 def test_bad_values_name_the_key(override, key, tmp_path):
     cfg = compose([override])

@@ -50,7 +50,8 @@ def test_ddp_two_cpu_processes(start, tmp_path):
     assert m["synthetic_rl/synthetic_transitions"] == s0["local_transitions"] + s1["local_transitions"]
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
     assert s0["replay_size"] == s1["replay_size"]  # every rank holds the merged buffer
-    from dreamgym_pl.pipeline import load_replay, Run
+    from dreamgym_pl.stages import Run
+    from dreamgym_pl.stages.experience import load_replay
 
     buf = load_replay(Run(compose(["resume=true", *TINY, *EXP]), d))
     assert len(buf) == s0["replay_size"]
@@ -70,7 +71,7 @@ def _sync_worker(rank: int, world: int, init: str, out: str) -> None:
 
     tdist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     buf = ReplayBuffer(make_embedder("hashing", 64), capacity=16)
-    senv = SyntheticEnv(None, buf, None, None, lambda split: [])
+    senv = SyntheticEnv(None, buf, None, None, lambda split: [], lambda a, o: True, None)
     task = Task("t", "buy a lamp")
     # rank r produces transitions r*10 .. r*10+14: ranks overlap on 10..14 (exact duplicates)
     senv.pending = [Transition(task, 0, Observation(f"s{i}"), "click[x]", Observation(f"n{i}"), 0.0, False,

@@ -1,6 +1,6 @@
 """Generation engine helpers: the trained response tokens are exactly those that produced the action."""
 
-from dreamgym_pl.rollout.engine import cut_at_stop, tokens_through_stop
+from dreamgym_pl.rollout.sampling import cut_at_stop, tokens_through_stop
 
 PIECES = ["click", "[", "item", " 1", "]", "<eos>", "junk"]
 

@@ -2,14 +2,15 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dreamgym_pl.core import Observation, Task, Transition
-from dreamgym_pl.experience.annotate import rule_based_reasoning
-from dreamgym_pl.experience.format import (INVALID_STATE, ExperienceFormat, build_prompt, build_target, parse_output,
+from dreamgym_pl.envs import make_vec_env
+from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
+from dreamgym_pl.experience.format import (INVALID_STATE, STOP, ExperienceFormat, build_prompt, build_target, parse_output,
                                          target_length_report)
 from dreamgym_pl.experience.judge import score_steps, set_f1, token_f1
 from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.replay.buffer import ReplayBuffer
 from dreamgym_pl.replay.embed import HashingEmbedder
-from dreamgym_pl.rollout.engine import Completion
+from dreamgym_pl.rollout.sampling import Completion, SamplingParams
 
 FMT = ExperienceFormat()
 NEXT = Observation("back to search [SEP] page 1 [SEP] b01234 [SEP] acme lipstick", ["click[back to search]", "click[b01234]"])
@@ -73,16 +74,16 @@ def test_prompt_contains_parts_and_ablations():
     assert "<reasoning>" not in build_target(NEXT, 0.0, False, "r", ExperienceFormat(reasoning=False))
 
 
-def test_rule_based_reasoning():
+def test_webshop_reasoning():
     buy = Transition(Task("t", "x"), 3, NEXT, "click[buy now]", Observation("thank you"), 0.75, True,
                      info={"n_attr_match": 1, "n_attrs": 2, "n_option_match": 1, "n_options": 1, "r_price": 1.0,
                            "r_type": 1.0})
-    r = rule_based_reasoning(buy)
+    r = webshop_reasoning(buy)
     assert "1 of 2 attributes" in r and "1 of 1 options" in r and "within" in r and "0.75" in r
     inv = Transition(Task("t", "x"), 0, NEXT, "click[zzz]", NEXT, 0.0, False, info={"invalid": True})
-    assert "not available" in rule_based_reasoning(inv)
+    assert "not available" in webshop_reasoning(inv)
     s = Transition(Task("t", "x"), 0, Observation("search"), "search[red tea]", NEXT, 0.0, False, info={})
-    assert "red tea" in rule_based_reasoning(s)
+    assert "red tea" in webshop_reasoning(s)
 
 
 def test_judge_scores_hand_computed():
@@ -116,7 +117,9 @@ def test_synthetic_env_steps_enriches_and_counts_invalid():
     buf.add([demo], "offline")
     done_out = build_target(Observation("thank you", []), 1.0, True, "bought", FMT)
     eng = ScriptedEngine([VALID, "nonsense", done_out])
-    env = SyntheticEnv(eng, buf, FMT, lambda t: Observation("search", ["search[...]"]), lambda s: [], max_steps=5)
+    shop = make_vec_env("webshop", num_products=50, num_test=10)
+    env = SyntheticEnv(eng, buf, FMT, lambda t: Observation("search", ["search[...]"]), lambda s: [], shop.is_admissible,
+                       SamplingParams(temperature=0.7, max_new_tokens=160, stop=list(STOP)), max_steps=5)
     obs = env.reset([Task("a", "buy lipstick"), Task("b", "buy shoes")])
     assert obs[0].admissible == ["search[...]"]
     r = env.step(["search[lipstick]", "search[shoes]"])

@@ -76,7 +76,7 @@ def test_other_presets_tiny(tmp_path, preset):
 def test_tiny_tokenizer_covers_the_experience_format(tmp_path):
     """Words of targets must be in the vocabulary: an <unk> is dropped on decode and breaks parsing."""
     from dreamgym_pl.experience.format import ExperienceFormat, build_target
-    from dreamgym_pl.pipeline import Run
+    from dreamgym_pl.stages import Run
 
     run = Run(compose(["env=webshop_tiny", "env.num_products=100", "env.num_test=50", *TINY[:6]]), tmp_path)
     _, tok = run.load_policy()

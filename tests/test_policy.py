@@ -7,7 +7,8 @@ import torch
 
 from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
 from dreamgym_pl.policy import losses
-from dreamgym_pl.policy.module import AlgoConfig, PolicyModule
+from dreamgym_pl.policy.algos import DPO, GRPO, PPO, SFT, GRPOConfig, PPOConfig
+from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.policy.samples import StepSample, collate
 
 
@@ -53,7 +54,7 @@ def test_collate_masks_prompt_and_padding(tiny):
 def test_grpo_step_moves_logprobs(tiny):
     model, tok = tiny
     model = copy.deepcopy(model)
-    module = PolicyModule(model, tok, "grpo", lr=1e-3, algo=AlgoConfig(kl_coef=0.01, entropy_coef=0.0))
+    module = PolicyModule(model, tok, GRPO(GRPOConfig(kl_coef=0.01, entropy_coef=0.0)), lr=1e-3)
     batch = _batch(tok, module, [1.0, -1.0])
     before = _action_logp(module, batch)
     opt = module.configure_optimizers()
@@ -70,7 +71,7 @@ def test_grpo_step_moves_logprobs(tiny):
 
 def test_kl_of_identical_policies_zero(tiny):
     model, tok = tiny
-    module = PolicyModule(copy.deepcopy(model), tok, "grpo", lr=1e-3, algo=AlgoConfig(kl_coef=0.1))
+    module = PolicyModule(copy.deepcopy(model), tok, GRPO(GRPOConfig(kl_coef=0.1)), lr=1e-3)
     batch = _batch(tok, module, [1.0, -1.0])
     kl = losses.masked_mean(losses.kl_penalty(batch["old_logp"], batch["ref_logp"]), batch["loss_mask"])
     assert kl.item() == pytest.approx(0.0, abs=1e-7)
@@ -79,7 +80,8 @@ def test_kl_of_identical_policies_zero(tiny):
 @pytest.mark.parametrize("mode", ["sft", "ppo", "dpo"])
 def test_other_modes_step(tiny, mode):
     model, tok = tiny
-    module = PolicyModule(copy.deepcopy(model), tok, mode, lr=1e-3, algo=AlgoConfig(name=mode if mode == "ppo" else "grpo"))
+    objective = {"sft": SFT(), "ppo": PPO(PPOConfig()), "dpo": DPO()}[mode]
+    module = PolicyModule(copy.deepcopy(model), tok, objective, lr=1e-3)
     module.log_dict = lambda *a, **k: None
     module.log = lambda *a, **k: None
     batch = _batch(tok, module, [1.0, -1.0], ref=mode != "sft")

@@ -11,8 +11,7 @@ from dreamgym_pl.core import Observation, Task, Transition  # noqa: E402
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.envs.textworld import (GameDataError, clean_feedback, generate_games, generation_options,  # noqa: E402
                                         make_alfworld, match_command, normalize_command, read_game, strip_banner,
-                                        textworld_reasoning)
-from dreamgym_pl.experience.annotate import rule_based_reasoning  # noqa: E402
+                                        TextWorldVecEnv, textworld_reasoning)
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes  # noqa: E402
 
 BANNER = ("\n\n\n                    ________  ________  __    __\n                   |        \\|        \\|  \\  |  \\\n"
@@ -48,7 +47,8 @@ def test_rule_based_reasoning_for_text_games():
     r = textworld_reasoning(_tr("take key", {"room_before": "attic", "room_after": "attic", "score_delta": 1,
                                              "score": 1, "max_score": 3}, "You pick up the key."))
     assert "you pick up the key" in r and "score rises to 1 of 3" in r
-    assert rule_based_reasoning(_tr("dance", {"invalid": True})) == textworld_reasoning(_tr("dance", {"invalid": True}))
+    env = TextWorldVecEnv([], [], 20, False)
+    assert env.explain(_tr("dance", {"invalid": True})) == textworld_reasoning(_tr("dance", {"invalid": True}))
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
 
 def test_generated_task_starts_in_its_parents_game(tw_env):
     """Curriculum variations of a text-game task are played from the parent's game (synthetic env start)."""
-    from dreamgym_pl.pipeline import initial_observation
+    from dreamgym_pl.stages.synthetic_rl import initial_observation
 
     parent = tw_env.tasks("train")[1]
     gen = Task("gen-0", "take the key and open the chest", goal={"generated": True, "parent_goal": parent.goal},

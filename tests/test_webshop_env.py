@@ -1,8 +1,9 @@
 import pytest
 
-from dreamgym_pl.agents import goal_query, make_agent
+from dreamgym_pl.agents import make_agent
 from dreamgym_pl.envs import make_vec_env
 from dreamgym_pl.envs.webshop import WebShopEngine, WebShopEnv, parse_action
+from dreamgym_pl.envs.webshop.agents import goal_query
 from dreamgym_pl.envs.webshop.catalogue import generate_catalogue, load_webshop_products
 from dreamgym_pl.envs.webshop.goals import price_bounds
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes

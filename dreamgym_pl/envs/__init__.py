@@ -1,5 +1,6 @@
-"""Real environments behind one batched protocol (VecEnv)."""
+"""Real environments behind one contract (`Environment`, dreamgym_pl/envs/base.py). The implementations
+(webshop, textworld, browser) are imported on demand by `make_vec_env`, never here."""
 
-from dreamgym_pl.envs.base import SerialVecEnv, VecEnv, known_envs, make_vec_env
+from dreamgym_pl.envs.base import Environment, SerialVecEnv, VecEnv, known_envs, make_vec_env, register
 
-__all__ = ["SerialVecEnv", "VecEnv", "known_envs", "make_vec_env"]
+__all__ = ["Environment", "SerialVecEnv", "VecEnv", "known_envs", "make_vec_env", "register"]

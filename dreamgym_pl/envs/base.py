@@ -1,20 +1,31 @@
-"""The batched environment protocol shared by real and synthetic environments.
+"""The environment contract, the batching helpers and the registry.
 
-A VecEnv holds one slot per episode of a batch. `reset(tasks)` opens one slot per task; `step(actions)`
-takes one action per slot (None for a slot whose episode already ended) and returns one StepResult per
-slot (None where the action was None). Real and synthetic environments are interchangeable to the
-collector: that is the point of the design.
+Every environment the pipeline runs is an `Environment`: shared code (collector, prompts, tokenizer,
+experience model, synthetic env, stages) asks the environment and knows nothing else about it. A new
+environment is one module (a subclass of `Environment`, usually through `SerialVecEnv`, registered with
+`@register("name")`) plus one `conf/env/<name>.yaml`.
+
+Batched episodes: `reset(tasks)` opens one slot per task; `step(actions)` takes one action per slot (None for
+a slot whose episode ended) and returns one StepResult per slot (None where the action was None). Real and
+synthetic environments are interchangeable to the collector: that is the point of the design.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from dreamgym_pl.core import Observation, StepResult, Task
+from dreamgym_pl.core import Observation, StepResult, Task, Transition
+
+SCRIPTED_AGENTS = ("oracle", "noisy_oracle", "random")
 
 
 @runtime_checkable
 class VecEnv(Protocol):
+    """What the collector needs (real envs and the synthetic env alike)."""
+
     max_steps: int
 
     def tasks(self, split: str) -> list[Task]: ...
@@ -24,14 +35,108 @@ class VecEnv(Protocol):
     def step(self, actions: Sequence[str | None]) -> list[StepResult | None]: ...
 
 
+def canonical_action(action: str) -> str:
+    """`click [ next > ]` -> `click[next >]`: bracketed `verb[argument]` actions with the word tokenizer's spacing
+    undone; any other text with its whitespace collapsed."""
+    m = re.match(r"^\s*(\w+)\s*\[(.*)\]\s*$", action, re.DOTALL)
+    if not m:
+        return " ".join(action.split())
+    return f"{m.group(1).lower()}[{' '.join(m.group(2).split())}]"
+
+
+def action_key(action: str) -> str:
+    """Spacing- and case-insensitive key for comparing an action with an admissible one."""
+    return "".join(action.lower().split())
+
+
+class Environment(ABC):
+    """The contract. Abstract methods must be implemented (instantiating an env without one fails, naming it);
+    the others have defaults that fit most text environments and may be overridden.
+
+    Class attributes an env sets:
+      max_steps     steps before an episode is cut
+      instructions  the agent's system instruction, shown when `prompt.think` asks an LLM to reason
+      action_stop   strings that end an action in a policy's generation (the text is cut after the first)
+      atomic_words  words the tiny word tokenizer keeps as one token (page separators and the like)
+    """
+
+    max_steps: int = 15
+    instructions: str = "You are an agent acting in an environment."
+    action_stop: tuple[str, ...] = ("]",)
+    atomic_words: tuple[str, ...] = ()
+
+    # ----- batched episodes -----------------------------------------------------------------------
+    @abstractmethod
+    def tasks(self, split: str) -> list[Task]:
+        """The fixed tasks of a split (train / test)."""
+
+    @abstractmethod
+    def reset(self, tasks: Sequence[Task]) -> list[Observation]:
+        """Open one episode per task; their first observations."""
+
+    @abstractmethod
+    def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """One action per slot (None: ended slot); one result per slot (None where the action was None)."""
+
+    # ----- what the method needs from the environment ---------------------------------------------
+    @abstractmethod
+    def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
+        """A batched actor for offline data and reference evaluations: oracle, noisy_oracle (a random action
+        with probability eps) or random."""
+
+    @abstractmethod
+    def explain(self, t: Transition) -> str:
+        """The ground-truth reasoning trace of a real transition (why the action led to this state and
+        reward): the experience model's reasoning target (paper Eq. 5)."""
+
+    @abstractmethod
+    def corpus(self) -> list[str]:
+        """Text the tiny word tokenizer must cover besides the tasks and the offline data (page elements,
+        action words, the reasoning templates): an <unk> is dropped on decode and breaks parsing."""
+
+    # ----- defaults --------------------------------------------------------------------------------
+    def normalize_action(self, text: str) -> str:
+        """The action as the env and the histories see it, from the policy's detokenised text."""
+        return canonical_action(text)
+
+    def is_admissible(self, action: str, obs: Observation) -> bool:
+        """Whether `obs` offers `action` (the synthetic env's rule for invalid actions). An observation that
+        lists no admissible actions admits everything."""
+        if not obs.admissible:
+            return True
+        key = action_key(action)
+        return any(action_key(a) == key for a in obs.admissible)
+
+    def initial_observation(self, task: Task) -> Observation:
+        """The first observation of a task, a fixed function of it (no transition is consumed)."""
+        return self.reset([task])[0]
+
+    def task_family(self, task: Task) -> str:
+        """Tasks of one family are variations of each other (task-generation training pairs)."""
+        return str(task.goal.get("category", ""))
+
+
+CONTRACT = ("tasks", "reset", "step", "scripted_agent", "explain", "corpus", "normalize_action", "is_admissible",
+            "initial_observation", "task_family", "max_steps", "instructions", "action_stop", "atomic_words")
+
+
+def check_contract(env: Any, name: str) -> None:
+    """Fail naming every missing part of the contract (for envs that do not subclass `Environment`)."""
+    missing = [m for m in CONTRACT if not hasattr(env, m)]
+    if missing:
+        raise TypeError(f"env.name: environment {name!r} ({type(env).__name__}) misses {missing} of the environment "
+                        f"contract (dreamgym_pl/envs/base.py: Environment)")
+
+
 class SingleEnv(Protocol):
     def reset(self, task: Task) -> Observation: ...
 
     def step(self, action: str) -> StepResult: ...
 
 
-class SerialVecEnv:
-    """Batches single-episode environments made by `make_env()`; they are created lazily and reused."""
+class SerialVecEnv(Environment, ABC):
+    """Batches single-episode environments made by `make_env()`; they are created lazily and reused. A
+    subclass adds the rest of the contract."""
 
     def __init__(self, make_env: Callable[[], SingleEnv], task_source: Callable[[str], list[Task]], max_steps: int):
         self._make_env = make_env
@@ -72,20 +177,27 @@ def pick_split(splits: dict[str, list[Task]], split: str, env_name: str) -> list
 
 def scripted_agent_by_name(name: str, seed: int, eps: float, oracle: Callable[..., Any],
                            random_agent: Callable[[int], Any]) -> Any:
-    """oracle / noisy_oracle / random for envs that bring their own oracle class `oracle(eps, seed, name)`."""
+    """oracle / noisy_oracle / random for envs whose oracle class takes `oracle(eps, seed, name)`."""
     if name == "oracle":
         return oracle(0.0, seed)
     if name == "noisy_oracle":
         return oracle(eps, seed, "noisy_oracle")
     if name == "random":
         return random_agent(seed)
-    raise KeyError(f"unknown scripted agent {name!r} (oracle, random, noisy_oracle)")
+    raise KeyError(f"unknown scripted agent {name!r}; known: {list(SCRIPTED_AGENTS)}")
 
 
-_REGISTRY: dict[str, Callable[..., Any]] = {}
+# ----- registry ------------------------------------------------------------------------------------
+# Built-in environments are imported only when one of them is made (their dependencies are heavy).
+BUILTIN_ENVS = {"webshop": "dreamgym_pl.envs.webshop", "textworld": "dreamgym_pl.envs.textworld",
+                "alfworld": "dreamgym_pl.envs.textworld", "miniwob": "dreamgym_pl.envs.browser",
+                "webarena": "dreamgym_pl.envs.browser"}
+_REGISTRY: dict[str, Callable[..., Environment]] = {}
 
 
 def register(name: str):
+    """Decorator for an env factory `make(**env config) -> Environment`, under `env.name: <name>`."""
+
     def deco(fn):
         _REGISTRY[name] = fn
         return fn
@@ -93,20 +205,15 @@ def register(name: str):
     return deco
 
 
-def make_vec_env(name: str, **kwargs: Any) -> VecEnv:
-    _register_builtins()
-
-    if name not in _REGISTRY:
-        raise KeyError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[name](**kwargs)
-
-
 def known_envs() -> list[str]:
-    _register_builtins()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) | set(BUILTIN_ENVS))
 
 
-def _register_builtins() -> None:
-    """Import the built-in environments so that they register themselves (their heavy dependencies, such
-    as the textworld package, are imported only when one is made)."""
-    from dreamgym_pl.envs import browser, textworld, webshop  # noqa: F401
+def make_vec_env(name: str, **kwargs: Any) -> Environment:
+    if name not in _REGISTRY and name in BUILTIN_ENVS:
+        importlib.import_module(BUILTIN_ENVS[name])
+    if name not in _REGISTRY:
+        raise KeyError(f"env.name: unknown environment {name!r}; known: {known_envs()}")
+    env = _REGISTRY[name](**kwargs)
+    check_contract(env, name)
+    return env

@@ -338,7 +338,11 @@ def browser_reasoning(t: Transition) -> str:
 
 
 class BrowserVecEnv(ProcessVecEnv):
-    """Browser slots spread over `workers` processes (each a headless chromium per slot it serves)."""
+    """Browser slots spread over `workers` processes (each a headless chromium per slot it serves), as an
+    `Environment`: the scripted MiniWoB oracles, rule-based reasoning and the action vocabulary."""
+
+    instructions = "You are a web agent operating a browser."
+    action_stop = ("]",)
 
     def __init__(self, train: list[Task], test: list[Task], max_steps: int, timeout_ms: int, prefix: str,
                  workers: int = 2, slots_per_worker: int = 2):
@@ -361,6 +365,7 @@ class BrowserVecEnv(ProcessVecEnv):
                 "the action fails so the page does not change this completes the task so the episode ends with "
                 "reward 1.00 without completing the text is typed into the field; submitted yet element is "
                 "clicked and page updates; complete 0.00"]
+
 
 def miniwob_tasks(names: Sequence[str], seeds: Sequence[int], split: str) -> list[Task]:
     return [Task(task_id=f"miniwob-{split}-{n}-{s}", instruction=f"miniwob {n.replace('-', ' ')}",

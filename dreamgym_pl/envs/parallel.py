@@ -3,6 +3,9 @@
 factory; slots are assigned round-robin; a worker that dies or hangs past `timeout_s` fails its slots'
 episodes (done, counted invalid) instead of stalling the batch. Workers are closed on `close()`, at exit,
 and when the parent process dies (daemon processes).
+
+`ProcessVecEnv` implements the batched-episode part of the `Environment` contract; a subclass adds the rest
+(scripted agents, explanations, corpus).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import multiprocessing as mp
 from typing import Any, Callable, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task
+from dreamgym_pl.envs.base import Environment
 
 
 def _worker(conn: Any, make_env: Callable[[], Any]) -> None:
@@ -40,7 +44,9 @@ def _worker(conn: Any, make_env: Callable[[], Any]) -> None:
         conn.close()
 
 
-class ProcessVecEnv:
+class ProcessVecEnv(Environment):
+    """Batch slots over worker processes (abstract: a subclass adds scripted_agent, explain and corpus)."""
+
     def __init__(self, make_env: Callable[[], Any], task_source: Callable[[str], list[Task]], max_steps: int,
                  workers: int = 2, timeout_s: float = 120.0):
         self._make_env, self._task_source = make_env, task_source

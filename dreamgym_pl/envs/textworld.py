@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
+from dreamgym_pl.agents import RandomAgent
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, scripted_agent_by_name
 
@@ -288,7 +289,11 @@ class TextWorldOracle:
 
 
 class TextWorldVecEnv(SerialVecEnv):
-    """Batched TextWorld games with the hooks the pipeline asks environments for."""
+    """Batched TextWorld (or ALFWorld) games as an `Environment`: the walkthrough oracle, rule-based reasoning
+    and the games' vocabulary."""
+
+    instructions = "You are playing a text adventure game."
+    action_stop = ("]",)
 
     def __init__(self, train: list[Task], test: list[Task], max_steps: int, intermediate_reward: bool,
                  wrappers: Sequence[Any] = (), name: str = "textworld"):
@@ -300,8 +305,8 @@ class TextWorldVecEnv(SerialVecEnv):
         return pick_split(self.splits, split, self.name)
 
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
-        from dreamgym_pl.agents import RandomAgent
-
+        """The walkthrough oracle (noisy: a random admissible command with probability eps) or the generic
+        random agent."""
         return scripted_agent_by_name(name, seed, eps, TextWorldOracle, RandomAgent)
 
     def explain(self, t: Transition) -> str:

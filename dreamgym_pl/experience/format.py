@@ -18,6 +18,22 @@ from dreamgym_pl.core import Observation, Transition
 from dreamgym_pl.rollout.prompts import history_lines
 
 INVALID_STATE = "invalid transition: the environment could not continue"
+TAGS = ("reasoning", "next_state", "actions", "reward", "done")  # the target's tags, in order
+TASK_TAG = "task"  # the task generator's output tag (the same model prompted as M_task)
+# a generated transition ends with its done tag; word tokenizers detokenise it spaced
+STOP = ["</done>", "< / done >"]
+TASK_STOP = [f"</{TASK_TAG}>", f"< / {TASK_TAG} >"]
+
+
+def atomic_tags() -> list[str]:
+    """The format's tags, which the tiny word tokenizer keeps as one token each (not `<`, `next`, `_`, ...)."""
+    return [f"<{s}{t}>" for t in TAGS + (TASK_TAG,) for s in ("", "/")]
+
+
+def vocabulary() -> list[str]:
+    """The words of the experience prompt and target outside the environment's own text (the tiny
+    tokenizer is trained on them: an <unk> is dropped on decode and breaks parsing)."""
+    return ["example : state : action : next : reward : done : predict : true false | 0.00 1.00 ...", INVALID_STATE]
 
 
 @dataclass
@@ -28,6 +44,9 @@ class ExperienceFormat:
     demo_words: int = 40        # words of demo states / next states shown
     state_words: int = 120      # words of the current state shown
     reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
+    overfetch: int = 4          # extra neighbours retrieved so that k remain after excluding the own episode
+    max_prompt_tokens: int = 768   # training prompts keep their last N tokens
+    max_target_tokens: int = 256   # training targets keep their first N tokens
 
 
 @dataclass
@@ -68,8 +87,6 @@ def build_target(next_state: Observation, reward: float, done: bool, reasoning: 
     parts.append(f"<done> {str(bool(done)).lower()} </done>")
     return " ".join(parts)
 
-
-TAGS = ("reasoning", "next_state", "actions", "reward", "done")
 
 
 def _tag(text: str, name: str) -> str | None:

@@ -2,9 +2,8 @@
 
 - step level, on held-out real transitions: the model predicts (next state, reward, done) from the real
   (history, state, action); we score reward agreement (|r - r*| <= tol), done agreement, admissible-action
-  F1 and next-state token F1, and count unparseable outputs;
-- trajectory level: held-out action sequences replayed through the synthetic env; agreement of the final
-  reward with the real episode's.
+  F1 and next-state token F1, and count unparseable outputs.
+
 Pure scoring functions are separate from the model calls so that they can be unit-tested.
 """
 
@@ -15,9 +14,9 @@ from collections import Counter
 from typing import Sequence
 
 from dreamgym_pl.core import Trajectory, Transition
-from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, parse_output
+from dreamgym_pl.experience.format import STOP, ExperienceFormat, build_prompt, parse_output
 from dreamgym_pl.replay.buffer import ReplayBuffer
-from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
+from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
 
 
 def _toks(text: str) -> list[str]:
@@ -55,14 +54,14 @@ def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: R
     for traj in trajs:
         hist: list[tuple[str, str]] = []
         for t in traj.transitions:
-            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt.k), t.state, t.action, fmt))
+            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt.k, fmt.overfetch), t.state, t.action, fmt))
             refs.append(t)
             hist.append((t.state.text, t.action))
     prompts, refs = prompts[:max_steps], refs[:max_steps]
     if not prompts:
         return {}
     comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens,
-                                                    stop=["</done>", "< / done >"]))
+                                                    stop=list(STOP)))
     return score_steps([parse_output(c.text) for c in comps], refs, reward_tol)
 
 
@@ -83,28 +82,3 @@ def score_steps(parsed: Sequence, refs: Sequence[Transition], reward_tol: float 
         "experience/terminal_reward_agreement": term_ra / max(1, len(term)),
         "experience/judged_steps": float(n),
     }
-
-
-def judge_replays(synthetic_env, trajs: Sequence[Trajectory], reward_tol: float = 0.05) -> dict[str, float]:
-    """Replay real action sequences through the synthetic env; final-reward and length agreement."""
-    if not trajs:
-        return {}
-    tasks = [t.task for t in trajs]
-    synthetic_env.reset(tasks)
-    final = [0.0] * len(trajs)
-    ended_at = [None] * len(trajs)
-    for step in range(max(len(t.transitions) for t in trajs)):
-        acts = [t.transitions[step].action if step < len(t.transitions) and ended_at[i] is None else None
-                for i, t in enumerate(trajs)]
-        if all(a is None for a in acts):
-            break
-        for i, r in enumerate(synthetic_env.step(acts)):
-            if r is None:
-                continue
-            final[i] = r.reward
-            if r.done:
-                ended_at[i] = step + 1
-    agree = sum(1 for f, t in zip(final, trajs) if abs(f - t.final_reward) <= reward_tol)
-    same_len = sum(1 for e, t in zip(ended_at, trajs) if e == len(t.transitions))
-    return {"experience/replay_reward_agreement": agree / len(trajs),
-            "experience/replay_length_agreement": same_len / len(trajs)}

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, build_target
 from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.module import adamw_with_schedule
 from dreamgym_pl.policy.samples import StepSample, collate
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
 
@@ -48,37 +49,35 @@ class ExperienceModule(L.LightningModule):
                  batch_size=batch["input_ids"].shape[0])
 
     def configure_optimizers(self):
-        from dreamgym_pl.policy.module import warmup_cosine
-
-        opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=self.lr,
-                                weight_decay=self.weight_decay)
-        if self.warmup_steps <= 0 and self.total_steps <= 0:
-            return opt
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, self.warmup_steps, self.total_steps),
-                                                   "interval": "step"}}
+        return adamw_with_schedule([p for p in self.model.parameters() if p.requires_grad], self.lr, self.warmup_steps,
+                                   self.total_steps, weight_decay=self.weight_decay)
 
 
-def demos_for(buffer: ReplayBuffer | None, t: Transition, k: int, exclude_episode: bool = True) -> list[Transition]:
-    """Top-k real transitions similar to (task, state, action), excluding the transition's own episode."""
+def demos_for(buffer: ReplayBuffer | None, t: Transition, k: int, overfetch: int = 4,
+              exclude_episode: bool = True) -> list[Transition]:
+    """Top-k real transitions similar to (task, state, action), excluding the transition's own episode
+    (`k + overfetch` are retrieved so that k remain after the exclusion)."""
     if buffer is None or k <= 0:
         return []
-    res = buffer.query([transition_key(t.task.instruction, t.state.text, t.action)], k + 4, real_only=True)[0]
+    res = buffer.query([transition_key(t.task.instruction, t.state.text, t.action)], k + overfetch, real_only=True)[0]
     ep = t.info.get("episode")
     out = [d for d in res if d is not None and not (exclude_episode and ep is not None and d.info.get("episode") == ep)]
     return out[:k]
 
 
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
-                       buffer: ReplayBuffer | None, max_prompt_tokens: int = 768,
-                       max_target_tokens: int = 256) -> list[StepSample]:
+                       buffer: ReplayBuffer | None) -> list[StepSample]:
+    """One sample per transition: prompt (its last `fmt.max_prompt_tokens` tokens) -> target (its first
+    `fmt.max_target_tokens` tokens + EOS)."""
     out = []
     for traj in trajs:
         history: list[tuple[str, str]] = []
         for t in traj.transitions:
-            prompt = build_prompt(t.task.instruction, history, demos_for(buffer, t, fmt.k), t.state, t.action, fmt)
+            prompt = build_prompt(t.task.instruction, history, demos_for(buffer, t, fmt.k, fmt.overfetch), t.state,
+                                  t.action, fmt)
             target = build_target(t.next_state, t.reward, t.done, t.reasoning, fmt)
-            p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
-            t_ids = tokenizer(target, add_special_tokens=False)["input_ids"][:max_target_tokens] + [tokenizer.eos_token_id]
+            p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-fmt.max_prompt_tokens:]
+            t_ids = tokenizer(target, add_special_tokens=False)["input_ids"][:fmt.max_target_tokens] + [tokenizer.eos_token_id]
             out.append(StepSample(p_ids, t_ids))
             history.append((t.state.text, t.action))
     return out

@@ -3,10 +3,10 @@
 For a batch of live episodes it retrieves the top-k similar real transitions for each (task, state,
 action), builds the experience prompts, runs one batched generate, parses the outputs and returns
 StepResults. Episodes end on `done`, on an unparseable output (an invalid transition: failure state,
-reward 0, counted in `invalid_outputs`), on an action the current state does not offer (a failure state
-with reward 0, as the paper specifies) or at `max_steps`. Fresh synthetic transitions enrich the buffer.
-The first observation of a task is the real env's initial page (WebShop: the search page), which needs
-no real interaction: it is a fixed function of the task.
+reward 0, counted in `invalid_outputs`), on an action the current state does not offer (judged by the real
+env's `is_admissible` rule; a failure state with reward 0, as the paper specifies) or at `max_steps`. Fresh
+synthetic transitions enrich the buffer. The first observation of a task is the real env's initial
+observation, which needs no real interaction: it is a fixed function of the task.
 """
 
 from __future__ import annotations
@@ -17,25 +17,26 @@ from typing import Any, Callable, Sequence
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, build_prompt, parse_output
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
-from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
+from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
 
 
 class SyntheticEnv:
     def __init__(self, engine: GenerationEngine, buffer: ReplayBuffer | None, fmt: ExperienceFormat,
                  initial_observation: Callable[[Task], Observation], task_source: Callable[[str], list[Task]],
-                 max_steps: int = 15, params: SamplingParams | None = None, enrich: bool = True):
+                 is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
+                 enrich: bool = True):
         self.engine = engine
         self.buffer = buffer
         self.fmt = fmt
         self.initial_observation = initial_observation
         self._task_source = task_source
         self.max_steps = max_steps
-        self.params = params or SamplingParams(temperature=0.7, max_new_tokens=160, stop=["</done>", "< / done >"])
+        self.is_admissible = is_admissible
+        self.params = params
         self.enrich = enrich
         self.defer_enrich = False
         self.pending: list[Transition] = []
         self.own_digests: set[str] = set()  # distinct transitions this rank produced (data-parallel bookkeeping)
-        self.extra_tasks: list[Task] = []
         self.stats = {"steps": 0, "invalid_outputs": 0, "retrieval_s": 0.0, "prompt_s": 0.0, "generate_s": 0.0,
                       "parse_s": 0.0}
 
@@ -69,7 +70,7 @@ class SyntheticEnv:
         for i, a in enumerate(actions):
             if a is None or self._done[i]:
                 continue
-            if not self._is_admissible(a, self._obs[i]):
+            if not self.is_admissible(a, self._obs[i]):
                 # the paper's rule: an invalid action moves the episode to a failure state with reward 0
                 self._steps[i] += 1
                 self._done[i] = True
@@ -128,14 +129,3 @@ class SyntheticEnv:
         self.stats["generate_s"] += t3 - t2
         self.stats["parse_s"] += t4 - t3
         return out
-
-    @staticmethod
-    def _is_admissible(action: str, obs: Observation) -> bool:
-        if not obs.admissible:
-            return True
-        key = "".join(action.lower().split())
-        for a in obs.admissible:
-            k = "".join(a.lower().split())
-            if k == key or (k.startswith("search[") and key.startswith("search[")):
-                return True
-        return False

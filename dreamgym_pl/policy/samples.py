@@ -33,15 +33,15 @@ def encode_action(tokenizer: Any, action: str) -> list[int]:
     return tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
-def trajectory_samples(traj: Trajectory, tokenizer: Any, prompt_cfg: PromptConfig, max_prompt_tokens: int = 1024,
-                       traj_index: int = 0) -> list[StepSample]:
-    """Samples of every step; uses the generated token ids when the trajectory came from the policy."""
+def trajectory_samples(traj: Trajectory, tokenizer: Any, prompt_cfg: PromptConfig, traj_index: int = 0) -> list[StepSample]:
+    """Samples of every step; uses the generated token ids when the trajectory came from the policy. Prompts
+    keep their last `prompt_cfg.max_tokens` tokens."""
     out = []
     history: list[tuple[str, str]] = []
     for tr in traj.transitions:
         prompt = tr.info.get("prompt") or build_prompt(traj.task, history, tr.state, prompt_cfg)
         resp = tr.info.get("response_ids") or encode_action(tokenizer, tr.action)
-        out.append(StepSample(encode_prompt(tokenizer, prompt, max_prompt_tokens), list(resp), traj_index))
+        out.append(StepSample(encode_prompt(tokenizer, prompt, prompt_cfg.max_tokens), list(resp), traj_index))
         history.append((tr.state.text, tr.action))
     return out
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from dreamgym_pl.core import Transition, from_dict, iter_jsonl, to_dict, write_jsonl
 from dreamgym_pl.replay.embed import Embedder
+from dreamgym_pl.run import VersionedDir, read_json
 
 
 def transition_key(task_instruction: str, state_text: str, action: str) -> str:
@@ -113,36 +112,22 @@ class ReplayBuffer:
 
     # ----- persistence ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        cur = path / "CURRENT"
-        old = cur.read_text().strip() if cur.exists() else None
-        version = 0 if old is None else int(old.split("-")[1]) + 1
-        vdir = path / f"v-{version:06d}"
-        if vdir.exists():
-            shutil.rmtree(vdir)
-        vdir.mkdir()
+        store = VersionedDir(path)
+        vdir = store.new()
         self.index.save_index(str(vdir / "index.bin"))
         rows = [{"source": s, "deleted": i in self.deleted, "t": to_dict(t) if t is not None else None}
                 for i, (s, t) in enumerate(zip(self.sources, self.items))]
         write_jsonl(vdir / "entries.jsonl", rows)
         (vdir / "meta.json").write_text(json.dumps({"dim": self.embedder.dim, "max_elements": self.index.get_max_elements(),
                                                     "count": len(self.items), "max_size": self.max_size}))
-        tmp = path / "CURRENT.tmp"
-        tmp.write_text(vdir.name)
-        os.replace(tmp, cur)  # the commit point
-        for d in path.glob("v-*"):
-            if d.name != vdir.name:
-                shutil.rmtree(d, ignore_errors=True)
+        store.commit(vdir)
 
     @classmethod
     def load(cls, path: str | Path, embedder: Embedder) -> "ReplayBuffer":
-        path = Path(path)
-        cur = path / "CURRENT"
-        if not cur.exists():
+        vdir = VersionedDir(path).current()
+        if vdir is None:
             raise FileNotFoundError(f"{path}: no saved replay buffer (CURRENT missing)")
-        vdir = path / cur.read_text().strip()
-        meta = json.loads((vdir / "meta.json").read_text())
+        meta = read_json(vdir / "meta.json")
         if meta["dim"] != embedder.dim:
             raise ValueError(f"{vdir}: saved with embedding dim {meta['dim']}, embedder has {embedder.dim}")
         buf = cls(embedder, capacity=max(1, meta["max_elements"]), max_size=meta.get("max_size"))

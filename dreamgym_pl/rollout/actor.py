@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dreamgym_pl.core import Observation, Task
-from dreamgym_pl.rollout.engine import GenerationEngine, SamplingParams
-from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, canonical_action, extract_action
+from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
+from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, extract_action
 
 
 class PolicyActor:
     """Keeps each slot's (observation, action) history; exposes prompt text and response token data of the
     last turn in `last_info` so that trainers can rebuild per-step samples."""
 
-    def __init__(self, engine: GenerationEngine, prompt_cfg: PromptConfig, params: SamplingParams):
+    def __init__(self, engine: GenerationEngine, prompt_cfg: PromptConfig, params: SamplingParams,
+                 normalize: Callable[[str], str]):
+        """`params.stop` ends an action (the env's `action_stop`); `normalize` is the env's `normalize_action`."""
         self.engine = engine
+        self.normalize = normalize
         self.prompt_cfg = prompt_cfg
         self.params = params
         self.last_info: list[dict | None] = []
@@ -30,8 +33,16 @@ class PolicyActor:
         actions: list[str | None] = [None] * len(observations)
         self.last_info = [None] * len(observations)
         for i, p, c in zip(idx, prompts, comps):
-            a = canonical_action(extract_action(c.text, self.prompt_cfg.think))
+            a = self.normalize(extract_action(c.text, self.params.stop, self.prompt_cfg.think))
             actions[i] = a
             self.history[i].append((observations[i].text, a))
             self.last_info[i] = {"prompt": p, "response_ids": c.token_ids, "gen_logprobs": c.logprobs}
         return actions
+
+
+def policy_actor(engine: GenerationEngine, prompt_cfg: PromptConfig, env, temperature: float, max_new_tokens: int,
+                 top_p: float = 1.0) -> PolicyActor:
+    """The policy as an actor in `env`: generation stops at the env's action stop strings and actions are
+    normalised the env's way. temperature 0 = greedy."""
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, stop=list(env.action_stop))
+    return PolicyActor(engine, prompt_cfg, params, env.normalize_action)

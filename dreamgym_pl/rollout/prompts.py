@@ -1,9 +1,10 @@
 """The agent prompt and action extraction (pure functions).
 
 Prompt = task instruction, the last H (observation, action) pairs, the current observation, optionally
-the admissible actions, then `action :`. With `think` (real LLMs) the model is asked for
-`<think>...</think><action>...</action>`; a missing action tag leaves the raw text, which the env counts
-as invalid. Tiny models answer with the bare action (`click [ b0x1y2 ]`), cut after the first `]`.
+the admissible actions, then `action :`. With `think` (real LLMs) the model is given the environment's
+instructions and asked for `<think>...</think><action>...</action>`; a missing action tag leaves the raw
+text, which the env counts as invalid. Tiny models answer with the bare action, cut after the first of the
+environment's stop strings (`action_stop`).
 """
 
 from __future__ import annotations
@@ -13,19 +14,25 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from dreamgym_pl.core import Observation, Task
+from dreamgym_pl.rollout.sampling import cut_at_stop
 
-THINK_INSTRUCTION = ("You are a web shopping agent. Think step by step inside <think> </think>, then give one "
-                     "admissible action inside <action> </action>.")
+THINK_INSTRUCTION = "Think step by step inside <think> </think>, then give one admissible action inside <action> </action>."
+# the words of the agent prompt's frame (the tiny tokenizer is trained on them)
+PROMPT_WORDS = "<think> </think> <action> </action> task : did : seen : observation : admissible : action :"
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass
 class PromptConfig:
+    """The agent prompt (documented in conf/config.yaml, `prompt:`); `instructions` comes from the env."""
+
     history: int = 2
     history_obs_words: int = 0
     show_admissible: bool = False
     max_obs_words: int = 160
     think: bool = False
+    max_tokens: int = 1024        # prompt tokens kept (the oldest are cut) in training and generation
+    instructions: str = ""        # the environment's system instruction (Environment.instructions)
 
 
 def truncate_words(text: str, n: int) -> str:
@@ -47,7 +54,7 @@ def history_lines(history: Sequence[tuple[str, str]], n: int, obs_words: int) ->
 def build_prompt(task: Task, history: Sequence[tuple[str, str]], obs: Observation, cfg: PromptConfig) -> str:
     parts = []
     if cfg.think:
-        parts.append(THINK_INSTRUCTION)
+        parts.append(f"{cfg.instructions} {THINK_INSTRUCTION}".strip())
     parts.append(f"task : {task.instruction}")
     parts += history_lines(history, cfg.history, cfg.history_obs_words)
     parts.append(f"observation : {truncate_words(obs.text, cfg.max_obs_words)}")
@@ -57,20 +64,12 @@ def build_prompt(task: Task, history: Sequence[tuple[str, str]], obs: Observatio
     return " \n".join(parts)
 
 
-def extract_action(text: str, think: bool = False) -> str:
-    """The action in a model response: the <action> tag's content, else the text up to the first `]`."""
+def extract_action(text: str, stop: Sequence[str], think: bool = False) -> str:
+    """The action in a model response: the <action> tag's content, else the text up to and including the
+    first stop string."""
     m = _ACTION_TAG.search(text)
     if m:
         return m.group(1).strip()
     if think:
         return text.strip()
-    i = text.find("]")
-    return (text[: i + 1] if i >= 0 else text).strip()
-
-
-def canonical_action(action: str) -> str:
-    """`click [ next > ]` -> `click[next >]`: the detokenised form normalised for logs and history."""
-    m = re.match(r"^\s*(\w+)\s*\[(.*)\]\s*$", action, re.DOTALL)
-    if not m:
-        return " ".join(action.split())
-    return f"{m.group(1).lower()}[{' '.join(m.group(2).split())}]"
+    return cut_at_stop(text, stop)[0].strip()

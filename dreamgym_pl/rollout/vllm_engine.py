@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dreamgym_pl.rollout.engine import Completion, SamplingParams
+from dreamgym_pl.rollout.sampling import Completion, SamplingParams
 
 VLLM_HELP = ("engine=vllm needs the `vllm` package and a CUDA GPU: pip install -e .[gpu] on a GPU node, "
              "or use engine=hf")

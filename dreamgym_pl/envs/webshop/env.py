@@ -5,6 +5,8 @@ Observations join page elements with ` [SEP] ` and list the admissible actions; 
 `search[query]` and `click[element]`. An invalid action leaves the page unchanged, says so in the
 observation and is counted in `info`. The episode ends on `click[buy now]` (reward = WebShop's purchase
 reward, success = reward 1.0) or after `max_steps` steps (reward 0).
+
+The batched environment of the pipeline (the `Environment` contract) is `vec.WebShopVecEnv`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from functools import lru_cache
 from typing import Any
 
 from dreamgym_pl.core import Observation, StepResult, Task
-from dreamgym_pl.envs.base import SerialVecEnv, register
 from dreamgym_pl.envs.webshop.catalogue import generate_catalogue, load_webshop_products
 from dreamgym_pl.envs.webshop.goals import generate_goals, split_goals
 from dreamgym_pl.envs.webshop.reward import purchase_reward
@@ -258,13 +259,3 @@ def get_engine(num_products: int = 1000, seed: int = 0, goals_per_product: int =
     return _cached_engine(num_products=num_products, seed=seed, goals_per_product=goals_per_product,
                           num_test=num_test, results_per_page=results_per_page, max_results=max_results,
                           products_file=products_file, attributes_file=attributes_file)
-
-
-@register("webshop")
-def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
-                 **engine_kwargs: Any) -> SerialVecEnv:
-    engine = get_engine(**engine_kwargs)
-    WebShopEnv(engine, max_steps, show_instruction, product_ids)  # validates the arguments now
-    vec = SerialVecEnv(lambda: WebShopEnv(engine, max_steps, show_instruction, product_ids), engine.tasks, max_steps)
-    vec.engine = engine  # type: ignore[attr-defined]
-    return vec

@@ -1,0 +1,153 @@
+"""WebShop's scripted agents: the oracle (reads the goal: the target product and its options), the noisy
+oracle (a random action with probability eps) and the random agent (clicks, or searches with 2-4 random
+instruction words). `make_webshop_agent` is what `WebShopVecEnv.scripted_agent` returns.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Sequence
+
+from dreamgym_pl.agents import ScriptedAgent
+from dreamgym_pl.core import Observation, Task
+from dreamgym_pl.envs.base import SCRIPTED_AGENTS
+from dreamgym_pl.envs.webshop.reward import purchase_reward
+
+_QUERY_DROP = {"i", "need", "am", "looking", "for", "find", "me", "want", "a", "an", "the", "and", "with", "price",
+               "lower", "than", "dollars"}
+
+
+def goal_query(task: Task) -> str:
+    """The oracle's search: the goal's attributes, product type and option values (all words of the
+    instruction, so a policy can learn to write the same query)."""
+    g = task.goal
+    if "query" in g and "attributes" in g:
+        opts = g.get("goal_options", {})
+        vals = list(opts.values()) if isinstance(opts, dict) else list(opts)
+        return " ".join(list(g["attributes"]) + [g["query"]] + vals)
+    words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
+    return " ".join(words[:8])
+
+
+def _click_target(a: str) -> str:
+    return a[len("click["):-1] if a.startswith("click[") else a
+
+
+class WebShopRandomAgent(ScriptedAgent):
+    """Searches with 2-4 random instruction words or clicks a random element (even odds when both are
+    possible); uniform over the admissible actions of a page that offers neither."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        if obs.admissible and not any(a.startswith(("click[", "search[")) for a in obs.admissible):
+            return self.rng.choice(obs.admissible)
+        clicks = [a for a in obs.admissible if a.startswith("click[")]
+        can_search = any(a.startswith("search[") for a in obs.admissible)
+        if can_search and (not clicks or self.rng.random() < 0.5):
+            words = re.findall(r"[a-z]+", self.tasks[slot].instruction.lower()) or ["item"]
+            return "search[" + " ".join(self.rng.sample(words, min(len(words), self.rng.randint(2, 4)))) + "]"
+        if not clicks:
+            return "click[back to search]"
+        return self.rng.choice(clicks)
+
+
+class WebShopOracle(ScriptedAgent):
+    """Searches with the goal words, clicks the first listed product that fully satisfies the goal (judged
+    from the catalogue when it has one, else the goal's own product), pages on when none does, picks the
+    goal options and buys. Choosing among visible results, not hunting one hidden id, keeps the
+    demonstrations learnable from what a policy sees."""
+
+    name = "oracle"
+
+    def __init__(self, max_pages: int = 5, catalogue: dict[str, dict] | None = None):
+        self.max_pages = max_pages
+        self.catalogue = catalogue
+        self._ok: dict[tuple[str, str], bool] = {}
+
+    def _satisfies(self, asin: str, task: Task) -> bool:
+        g = task.goal
+        if asin == g.get("asin"):
+            return True
+        if self.catalogue is None or asin not in self.catalogue:
+            return False
+        key = (asin, task.task_id)
+        if key not in self._ok:
+            p = self.catalogue[asin]
+            opts = g.get("goal_options", {})
+            wanted = list(opts.values()) if isinstance(opts, dict) else list(opts)
+            have = [v for vals in p.get("options", {}).values() for v in vals if v in wanted]
+            self._ok[key] = purchase_reward(p, have, g)["reward"] >= 1.0 - 1e-9
+        return self._ok[key]
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.pages = [0] * len(self.tasks)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        task = self.tasks[slot]
+        g = task.goal
+        adm = obs.admissible
+        targets = [_click_target(a) for a in adm]
+        if any(a.startswith("search[") for a in adm):
+            return f"search[{goal_query(task)}]"
+        for t in targets:
+            if t not in ("back to search", "next >", "< prev") and self._satisfies(obs.refs.get(t, t), task):
+                return f"click[{t}]"
+        if "buy now" in targets:
+            selected = set(re.findall(r"\(([^()]*)\):", obs.text))
+            wanted = g.get("goal_options", {})
+            wanted_vals = list(wanted.values()) if isinstance(wanted, dict) else list(wanted)
+            for v in wanted_vals:
+                if v in targets and v not in selected:
+                    return f"click[{v}]"
+            return "click[buy now]"
+        if "description" in targets or targets == ["back to search", "< prev"]:
+            return "click[< prev]"
+        if "next >" in targets and self.pages[slot] < self.max_pages - 1:
+            self.pages[slot] += 1
+            return "click[next >]"
+        products = [t for t in targets if t not in ("back to search", "next >", "< prev")]
+        if products:
+            return f"click[{products[0]}]"
+        return "click[back to search]"
+
+
+class NoisyOracle(ScriptedAgent):
+    """The oracle with probability 1 - eps, the random agent (seeded seed + 1) otherwise (mixed-quality data)."""
+
+    name = "noisy_oracle"
+
+    def __init__(self, eps: float = 0.3, seed: int = 0, catalogue: dict[str, dict] | None = None):
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError("agent eps must lie in [0, 1]")
+        self.eps = eps
+        self.rng = random.Random(seed)
+        self.oracle = WebShopOracle(catalogue=catalogue)
+        self.random = WebShopRandomAgent(seed + 1)
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.oracle.begin(tasks)
+        self.random.begin(tasks)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        if self.rng.random() < self.eps:
+            return self.random.act_one(slot, obs)
+        return self.oracle.act_one(slot, obs)
+
+
+def make_webshop_agent(name: str, seed: int = 0, eps: float = 0.3,
+                       catalogue: dict[str, dict] | None = None) -> ScriptedAgent:
+    """oracle / noisy_oracle / random; `catalogue` (asin -> product) lets the oracles judge listed products."""
+    if name == "oracle":
+        return WebShopOracle(catalogue=catalogue)
+    if name == "noisy_oracle":
+        return NoisyOracle(eps, seed, catalogue)
+    if name == "random":
+        return WebShopRandomAgent(seed)
+    raise KeyError(f"unknown scripted agent {name!r}; known: {list(SCRIPTED_AGENTS)}")

@@ -1,0 +1,69 @@
+"""WebShop as an `Environment` (the pipeline's contract): batched `WebShopEnv` episodes over one shared
+`WebShopEngine`, with WebShop's scripted agents, reasoning traces, tokenizer corpus and admissibility rule.
+Registered as `env.name: webshop`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamgym_pl.core import Observation, Task, Transition
+from dreamgym_pl.envs.base import SerialVecEnv, action_key, register
+from dreamgym_pl.envs.webshop.agents import make_webshop_agent
+from dreamgym_pl.envs.webshop.env import WebShopEngine, WebShopEnv, get_engine
+from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
+from dreamgym_pl.envs.webshop.search import product_text
+
+# page controls and action forms the tokenizer must know besides the product texts
+CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "click[buy now]", "search[x]")
+
+
+class WebShopVecEnv(SerialVecEnv):
+    """Batched WebShop episodes; `engine` is the shared catalogue, search index and goals."""
+
+    instructions = "You are a web shopping agent."
+    action_stop = ("]",)
+    atomic_words = ("[SEP]",)
+
+    def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
+                 product_ids: str = "asin"):
+        WebShopEnv(engine, max_steps, show_instruction, product_ids)  # validates the arguments now
+        self.engine = engine
+        self._env_args = (max_steps, show_instruction, product_ids)
+        super().__init__(self._new_env, engine.tasks, max_steps)
+
+    def _new_env(self) -> WebShopEnv:
+        return WebShopEnv(self.engine, *self._env_args)
+
+    def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
+        """oracle / noisy_oracle / random (`envs/webshop/agents.py`); the oracles judge listed products with
+        the catalogue."""
+        catalogue = {p["asin"]: p for p in self.engine.products}
+        return make_webshop_agent(name, seed, eps, catalogue)
+
+    def explain(self, t: Transition) -> str:
+        return webshop_reasoning(t)
+
+    def corpus(self) -> list[str]:
+        """The product texts (titles, attributes, options, bullet points), then the page controls."""
+        return [product_text(p) for p in self.engine.products] + list(CORPUS_ACTIONS)
+
+    def is_admissible(self, action: str, obs: Observation) -> bool:
+        """Listed (spacing- and case-insensitive), or any search where a search is possible."""
+        if not obs.admissible:
+            return True
+        key = action_key(action)
+        for a in obs.admissible:
+            k = action_key(a)
+            if k == key or (k.startswith("search[") and key.startswith("search[")):
+                return True
+        return False
+
+    def initial_observation(self, task: Task) -> Observation:
+        """The search page of `task`, from a fresh single env (the batch slots are left alone)."""
+        return self._new_env().reset(task)
+
+
+@register("webshop")
+def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
+                 **engine_kwargs: Any) -> WebShopVecEnv:
+    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids)

@@ -1,0 +1,129 @@
+"""What every policy objective provides, and the shared part of the RL algorithms.
+
+An objective (sft, dpo, grpo, ppo) gives `PolicyModule` its loss and says what it needs (a frozen reference
+model, a value head, hidden states). An RL algorithm also turns a batch of trajectories into per-step
+training samples with advantages, and values tasks for the curriculum. Each owns a config dataclass, the
+one source of its defaults; `conf/algo/<name>.yaml` mirrors it (tests/test_algos.py checks that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from dreamgym_pl.core import Trajectory
+from dreamgym_pl.curriculum import group_variances
+from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.samples import StepSample
+
+
+class Objective:
+    """A policy loss. `loss(module, batch, out, logp)` gets the model output and the token log-probs of the
+    batch under the trained model and returns (loss, logs)."""
+
+    name = "objective"
+    needs_reference = False   # a frozen copy of the starting policy (the adapter-disabled base under LoRA)
+    needs_value_head = False
+    needs_hidden = False      # the forward pass returns hidden states (value head)
+    critic_lr = 0.0
+
+    def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
+             logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+
+@dataclass
+class RLConfig:
+    """Hyper-parameters every RL algorithm shares (conf/algo/*.yaml documents each key)."""
+
+    name: str = ""
+    group_size: int = 8
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = 3.0
+    kl_coef: float = 0.01
+    kl_kind: str = "k3"
+    entropy_coef: float = 0.001
+    agg: str = "token-mean"
+    ppo_epochs: int = 1
+    mini_batch_size: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    reward: str = "success"
+    invalid_penalty: float = 0.1
+    lr: float = 1.0e-4
+    warmup_steps: int = 10
+    grad_clip: float = 1.0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RLConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise KeyError(f"algo.{unknown[0]}: not a key of algo={d.get('name')!r}; its keys: {sorted(known)}")
+        return cls(**d)
+
+
+def episode_outcome(traj: Trajectory, reward: str) -> float:
+    """The episode's outcome reward: WebShop-style graded score or 1/0 success."""
+    return traj.final_reward if reward == "score" else float(traj.success)
+
+
+def trajectory_return(traj: Trajectory, cfg: RLConfig) -> float:
+    """The outcome minus `invalid_penalty` per invalid action."""
+    n_invalid = sum(1 for s in traj.transitions if s.info.get("invalid"))
+    return episode_outcome(traj, cfg.reward) - cfg.invalid_penalty * n_invalid
+
+
+def step_rewards(traj: Trajectory, cfg: RLConfig) -> list[float]:
+    """Per-step rewards: the outcome at the last step, the invalid-action penalty where it occurred."""
+    rs = [-cfg.invalid_penalty if s.info.get("invalid") else 0.0 for s in traj.transitions]
+    if rs:
+        rs[-1] += episode_outcome(traj, cfg.reward)
+    return rs
+
+
+class RLAlgorithm(Objective):
+    """The clipped policy-gradient loss with entropy bonus and KL to the reference; subclasses add how
+    advantages are computed (and a value loss)."""
+
+    config_cls: type[RLConfig] = RLConfig
+    needs_task_embedder = False  # task_values groups tasks by instruction embeddings (no groups of its own)
+
+    def __init__(self, cfg: RLConfig):
+        self.cfg = cfg
+
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return self.cfg.kl_coef > 0
+
+    def with_advantages(self, trajs: Sequence[Trajectory], per_traj: list[list[StepSample]], module: Any,
+                        pad_id: int) -> list[StepSample]:
+        """The training samples of an iteration (every step of every trajectory) with their scalars set."""
+        raise NotImplementedError
+
+    def task_values(self, trajs: Sequence[Trajectory], embed: Callable[[list[str]], Any] | None,
+                    num_clusters: int) -> dict[str, float]:
+        """Curriculum value of each task of the iteration: the reward variance of its group (paper Eq. 6)."""
+        return group_variances([t.task.task_id for t in trajs], [t.final_reward for t in trajs])
+
+    def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
+             logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        a, mask = self.cfg, batch["loss_mask"]
+        pg, stats = losses.clipped_surrogate(logp, batch["old_logp"], batch["adv"], mask, a.clip_low, a.clip_high,
+                                             a.dual_clip, a.agg)
+        loss = pg
+        logs: dict[str, Any] = {"losses/policy": pg.detach(), "losses/clip_frac": stats["clip_frac"]}
+        if a.entropy_coef > 0:
+            ent = losses.masked_mean(losses.entropy_from_logits(out.logits[:, :-1]), mask)
+            loss = loss - a.entropy_coef * ent
+            logs["losses/entropy"] = ent.detach()
+        if a.kl_coef > 0 and "ref_logp" in batch:
+            kl = losses.masked_mean(losses.kl_penalty(logp, batch["ref_logp"], a.kl_kind), mask)
+            loss = loss + a.kl_coef * kl
+            logs["losses/kl"] = kl.detach()
+        return loss, logs

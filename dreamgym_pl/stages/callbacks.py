@@ -1,0 +1,77 @@
+"""Lightning callbacks of the RL stages. Besides Lightning's own hooks they receive the RolloutDataModule's
+two events: `on_rollout_iteration_start` (before an iteration's rollouts) and `on_rollouts_end` (after them,
+before the iteration's updates; they may add to the iteration's `logs`)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import lightning as L
+
+
+class RLCheckpoint(L.Callback):
+    """Restores the optimizer of a resumed stage, and saves a checkpoint every `every` iterations (at the start
+    of an iteration, not the first one of this process) through `save(module, datamodule state)`."""
+
+    def __init__(self, save: Callable[[Any, dict], None], every: int, resume_state: dict | None = None):
+        self.save, self.every, self.resume_state = save, every, resume_state
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.resume_state and self.resume_state.get("optimizer") is not None:
+            trainer.optimizers[0].load_state_dict(self.resume_state["optimizer"])
+
+    def on_rollout_iteration_start(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any) -> None:
+        if self.every and dm.iteration % self.every == 0 and dm.last is not None:
+            self.save(pl_module, dm.state_dict())
+
+
+class RolloutSamples(L.Callback):
+    """A few sampled trajectories as TensorBoard text (`rollout/samples`) every `every` iterations."""
+
+    def __init__(self, every: int = 5, count: int = 3):
+        self.every, self.count = every, count
+
+    def on_rollouts_end(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any, trajs: list, logs: dict) -> None:
+        it = dm.iteration
+        if self.every <= 0 or it % self.every or pl_module.logger is None:
+            return
+        lines = []
+        for t in trajs[: self.count]:
+            acts = " -> ".join(s.action for s in t.transitions)
+            lines.append(f"**{t.task.instruction}**  \n{acts}  \nreward {t.final_reward:.2f}")
+        pl_module.logger.experiment.add_text("rollout/samples", "\n\n".join(lines), it)
+
+
+class TestCurve(L.Callback):
+    """Every `every` iterations, the current policy (before the iteration's update) evaluated greedily on the
+    first `goals` test tasks: `test/success_rate` and `test/mean_score` join the iteration's logs (the curve
+    of test success against transitions in history/ and plots/)."""
+
+    def __init__(self, evaluate: Callable[..., dict[str, float]], every: int, goals: int):
+        self.evaluate, self.every, self.goals = evaluate, every, goals
+
+    def on_rollouts_end(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any, trajs: list, logs: dict) -> None:
+        if self.every <= 0 or dm.iteration % self.every:
+            return
+        was_training = pl_module.model.training
+        res = self.evaluate(pl_module.model, pl_module.tokenizer, num_goals=self.goals)
+        pl_module.model.train(was_training)
+        logs.update({"test/success_rate": res["success_rate"], "test/mean_score": res["mean_score"]})
+
+
+class CurriculumLogs(L.Callback):
+    """Synthetic RL: merges data-parallel synthetic enrichment, adds the curriculum's logs to the iteration's
+    and shows newly generated tasks as TensorBoard text (`curriculum/generated_tasks`)."""
+
+    def __init__(self, curriculum: Any, synthetic_env: Any):
+        self.curriculum, self.senv = curriculum, synthetic_env
+
+    def on_rollouts_end(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any, trajs: list, logs: dict) -> None:
+        if self.senv.defer_enrich:
+            self.senv.sync_enrichment()
+        cur = self.curriculum
+        logs.update(cur.last_logs)
+        if cur.last_new and pl_module.logger is not None:
+            pl_module.logger.experiment.add_text("curriculum/generated_tasks",
+                                                 "\n\n".join(f"{t.task_id} (from {t.parent_id}): {t.instruction}"
+                                                             for t in cur.last_new[:8]), dm.iteration)

@@ -1,0 +1,170 @@
+"""Run: what every stage shares. The config, the real environment, the run directory's metrics and completed
+stages, and the one place where models, trainers, engines and evaluations are made."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dreamgym_pl import dist
+from dreamgym_pl.agents import make_agent
+from dreamgym_pl.core import Trajectory, Transition, group_trajectories, read_jsonl
+from dreamgym_pl.envs.base import make_vec_env
+from dreamgym_pl.experience import format as experience_format
+from dreamgym_pl.rollout.collector import run_episodes
+from dreamgym_pl.rollout.prompts import PROMPT_WORDS, PromptConfig
+from dreamgym_pl.run import atomic_write_json, read_json
+
+log = logging.getLogger("dreamgym_pl")
+
+
+class Run:
+    """State of one run directory: config, env, metrics, completed stages, current policy."""
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, callbacks: list | None = None):
+        self.cfg = cfg
+        self.dir = Path(run_dir)
+        self.callbacks = list(callbacks or [])  # extra Lightning callbacks for every stage (e.g. sweep pruning)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics: dict[str, float] = {}
+        self.state: dict[str, Any] = {"completed": [], "policy": None}
+        if cfg.resume:
+            if (self.dir / "stages.json").exists():
+                self.state = read_json(self.dir / "stages.json")
+            if (self.dir / "metrics.json").exists():
+                self.metrics = read_json(self.dir / "metrics.json")
+        env_kwargs = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items() if k != "name"}
+        self.env = make_vec_env(cfg.env.name, **env_kwargs)
+        self.prompt_cfg = PromptConfig(**OmegaConf.to_container(cfg.prompt, resolve=True),
+                                       instructions=self.env.instructions)
+        self._engines: dict[str, Any] = {}
+
+    # ----- bookkeeping ---------------------------------------------------------------------------
+    @property
+    def offline_path(self) -> Path:
+        return Path(self.cfg.offline_file) if self.cfg.get("offline_file") else self.dir / "offline" / "transitions.jsonl"
+
+    def record(self, values: dict[str, float]) -> None:
+        self.metrics.update({k: float(v) for k, v in values.items()})
+        if dist.is_main():  # every rank keeps the metrics; rank 0 writes them
+            atomic_write_json(self.dir / "metrics.json", self.metrics)
+
+    def add_budget(self, key: str, n: float) -> None:
+        self.record({f"budget/{key}": self.metrics.get(f"budget/{key}", 0.0) + float(n)})
+
+    def complete(self, stage: str, policy: str | None = None) -> None:
+        if stage not in self.state["completed"]:
+            self.state["completed"].append(stage)
+        if policy is not None:
+            self.state["policy"] = policy
+        if dist.is_main():
+            atomic_write_json(self.dir / "stages.json", self.state)
+
+    def offline_trajectories(self) -> list[Trajectory]:
+        return group_trajectories(read_jsonl(self.offline_path, Transition))
+
+    # ----- models --------------------------------------------------------------------------------
+    def tokenizer_corpus(self) -> list[str]:
+        """Text for the tiny tokenizer: instructions of all tasks, the env's own text, and the states, actions
+        and reasoning of the scripted agents on train tasks (offline data when present), and the words of
+        the agent and experience-model formats."""
+        from dreamgym_pl.curriculum import task_generation_prompt
+
+        texts: list[str] = [t.instruction for split in ("train", "test") for t in self.env.tasks(split)]
+        if self.offline_path.exists():
+            trajs = self.offline_trajectories()
+        else:
+            tasks = self.env.tasks("train")[:200]
+            trajs = []
+            for name in ("oracle", "random"):
+                trajs += run_episodes(self.env, tasks, make_agent(name, self.cfg.seed, env=self.env), batch_size=64)
+        for t in trajs:
+            for s in t.transitions:
+                texts += [s.state.text, s.action, s.next_state.text, self.env.explain(s)]
+        texts += list(self.env.corpus())
+        texts += [PROMPT_WORDS, *experience_format.vocabulary(), task_generation_prompt("x")]
+        return texts
+
+    def atomic_words(self) -> list[str]:
+        """Words the tiny tokenizer keeps whole: the env's (page separators) and the format tags."""
+        return list(self.env.atomic_words) + experience_format.atomic_tags()
+
+    def load_policy(self, path: str | None = None) -> tuple[Any, Any]:
+        from dreamgym_pl.models import get_base_model, load_pretrained
+
+        path = path or self.state.get("policy")
+        if path:
+            return load_pretrained(self.dir / path, self.cfg.model.get("dtype", "float32"))
+        mcfg = OmegaConf.to_container(self.cfg.model, resolve=True)
+        tiny = mcfg["name_or_path"] == "tiny"
+        corpus = self.tokenizer_corpus() if tiny else None
+        words = self.atomic_words() if tiny else None
+        if dist.world() > 1:  # rank 0 builds and saves the base model, the others load it
+            if dist.is_main():
+                get_base_model(mcfg, self.dir, corpus, self.cfg.seed, words)
+            dist.barrier()
+        return get_base_model(mcfg, self.dir, corpus, self.cfg.seed, words)
+
+    def save_policy(self, model: Any, tokenizer: Any, stage: str) -> str:
+        from dreamgym_pl.models import save_model
+
+        rel = f"checkpoints/{stage}"
+        merge = hasattr(model, "merge_and_unload") and self.cfg.model.get("merge_lora", False)
+        if dist.is_main():
+            save_model(model.merge_and_unload() if merge else model, tokenizer, self.dir / rel)
+        dist.barrier()
+        return rel
+
+    def trainer(self, stage: str, callbacks: list | None = None, **overrides: Any):
+        """A Lightning Trainer for `stage` (TensorBoard logs in tb/<stage>), with the stage's `callbacks`
+        followed by the run's own (sweep pruning)."""
+        import lightning as L
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        tcfg = OmegaConf.to_container(self.cfg.trainer, resolve=True)
+        tcfg.pop("_name", None)
+        strategy = tcfg.pop("strategy", "auto")
+        if isinstance(strategy, dict):
+            from hydra.utils import instantiate
+
+            strategy = instantiate(strategy)
+        kwargs = dict(logger=TensorBoardLogger(str(self.dir / "tb"), name=stage, version=""),
+                      enable_checkpointing=False, log_every_n_steps=1, strategy=strategy,
+                      enable_model_summary=False, **tcfg)
+        extra = list(callbacks or []) + self.callbacks
+        if extra:
+            kwargs["callbacks"] = list(tcfg.get("callbacks") or []) + extra
+        kwargs.update(overrides)
+        return L.Trainer(**kwargs)
+
+    def engine_for(self, role: str, model: Any, tokenizer: Any) -> Any:
+        """The generation engine of `role` (policy / experience), built once per run from `cfg.engine` and
+        synced to `model`'s current weights on every call (HF: shares the module; vLLM: pushes weights)."""
+        from dreamgym_pl.rollout.engine import make_engine
+
+        eng = self._engines.get(role)
+        if eng is None or (getattr(eng, "tokenizer", tokenizer) is not tokenizer):
+            if eng is not None and hasattr(eng, "close"):
+                eng.close()
+            eng = self._engines[role] = make_engine(self.cfg.engine, model, tokenizer)
+        else:
+            eng.load_weights(model)
+        return eng
+
+    def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False,
+                 num_goals: int | None = None) -> dict[str, float]:
+        """The greedy policy on the first `num_goals` (default `eval.num_goals`) tasks of `eval.split`, one
+        episode each. Under data parallelism each rank plays its share and the counts are summed."""
+        from dreamgym_pl.rollout.actor import policy_actor
+        from dreamgym_pl.rollout.collector import episode_sums, stats_from_sums
+
+        n = self.cfg.eval.num_goals if num_goals is None else num_goals
+        tasks = dist.shard(self.env.tasks(self.cfg.eval.split)[:n])
+        engine = self.engine_for("policy", model, tokenizer)
+        actor = policy_actor(engine, self.prompt_cfg, self.env, 0.0, self.cfg.algo.max_new_tokens)
+        trajs = run_episodes(self.env, tasks, actor, batch_size=self.cfg.eval.batch_size, source="eval",
+                             progress=progress) if tasks else []
+        return stats_from_sums(dist.all_sum(episode_sums(trajs)))

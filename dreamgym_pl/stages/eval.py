@@ -1,0 +1,28 @@
+"""eval: the current policy (or a scripted agent) on the fixed tasks of `eval.split` -> eval/* metrics."""
+
+from __future__ import annotations
+
+import logging
+
+from dreamgym_pl.agents import make_agent
+from dreamgym_pl.rollout.collector import episode_stats, run_episodes
+from dreamgym_pl.stages.context import Run
+
+log = logging.getLogger("dreamgym_pl")
+
+
+def run_stage(run: Run) -> None:
+    cfg = run.cfg.eval
+    tasks = run.env.tasks(cfg.split)[: cfg.num_goals]
+    if cfg.agent == "policy":
+        model, tok = run.load_policy()
+        res = run.evaluate(model, tok, progress="eval")
+    else:
+        agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps, env=run.env)
+        res = episode_stats(run_episodes(run.env, tasks, agent, batch_size=cfg.batch_size, source=cfg.agent,
+                                         progress=f"eval {cfg.agent}"))
+    run.record({"eval/success_rate": res["success_rate"], "eval/mean_score": res["mean_score"],
+                "eval/invalid_action_rate": res["invalid_action_rate"], "eval/num_goals": len(tasks)})
+    log.info("eval (%s, %d %s goals): success %.3f, mean score %.3f", cfg.agent, len(tasks), cfg.split,
+             res["success_rate"], res["mean_score"])
+    run.complete("eval")

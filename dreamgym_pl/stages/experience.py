@@ -1,0 +1,126 @@
+"""experience: annotate offline transitions with the env's reasoning traces, seed the replay buffer, train the
+experience model (paper Eq. 4-5, with task-generation examples: M_task shares its parameters), judge it on
+held-out real trajectories -> checkpoints/experience, replay/."""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from dreamgym_pl import dist
+from dreamgym_pl.curriculum import task_generation_prompt
+from dreamgym_pl.experience.annotate import annotate
+from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
+from dreamgym_pl.policy.samples import StepSample
+from dreamgym_pl.stages.context import Run
+
+log = logging.getLogger("dreamgym_pl")
+
+
+def experience_format(run: Run) -> ExperienceFormat:
+    e = run.cfg.experience
+    return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words, state_words=e.state_words,
+                            reasoning=e.reasoning, overfetch=run.cfg.replay.overfetch,
+                            max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
+
+
+def load_replay(run: Run):
+    """The run's replay buffer (replay/), or an empty one."""
+    from dreamgym_pl.replay.buffer import ReplayBuffer
+    from dreamgym_pl.replay.embed import make_embedder
+
+    emb = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim)
+    if (run.dir / "replay" / "CURRENT").exists():
+        return ReplayBuffer.load(run.dir / "replay", emb)
+    return ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
+
+
+def save_replay(run: Run, buffer: Any) -> None:
+    if dist.is_main():
+        buffer.save(run.dir / "replay")
+
+
+def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
+    """Teach the experience model the task-generator format: seed task -> a related train task of the same
+    family (`env.task_family`)."""
+    n = run.cfg.curriculum.train_examples
+    if n <= 0:
+        return []
+    tasks = run.env.tasks("train")
+    by_family: dict[str, list] = {}
+    for t in tasks:
+        by_family.setdefault(run.env.task_family(t), []).append(t)
+    rng = random.Random(run.cfg.seed)
+    out = []
+    for _ in range(n):
+        a = rng.choice(tasks)
+        pool = by_family[run.env.task_family(a)]
+        b = rng.choice(pool)
+        if b.task_id == a.task_id and len(pool) > 1:
+            b = rng.choice([x for x in pool if x.task_id != a.task_id])
+        p = tok(task_generation_prompt(a.instruction), add_special_tokens=False)["input_ids"]
+        t = tok(f"<{TASK_TAG}> {b.instruction} </{TASK_TAG}>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        out.append(StepSample(p, t))
+    return out
+
+
+def experience_model(run: Run) -> tuple[Any, Any]:
+    """The untrained experience model: a fresh tiny Llama sharing the run's word tokenizer, or the configured
+    pretrained model."""
+    from dreamgym_pl.models import build_tiny_llama, load_pretrained
+
+    m = run.cfg.model
+    if m.name_or_path == "tiny":
+        _, tok = run.load_policy()
+        return build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
+                                run.cfg.seed + 1), tok
+    return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
+
+
+def run_stage(run: Run) -> None:
+    from dreamgym_pl.experience.judge import judge_steps
+    from dreamgym_pl.experience.module import ExperienceModule, experience_loaders
+
+    e = run.cfg.experience
+    trajs = run.offline_trajectories()
+    annotate(trajs, run.env.explain)
+    buffer = load_replay(run)
+    buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
+    save_replay(run, buffer)
+    if e.max_transitions:
+        kept, n = [], 0
+        for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
+            if n >= e.max_transitions:
+                break
+            kept.append(tr)
+            n += len(tr.transitions)
+        trajs = kept
+    model, tok = experience_model(run)
+    fmt = experience_format(run)
+    gen_examples = task_generation_examples(run, tok)
+    train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
+                                                    extra=gen_examples)
+    gen_ids = {id(g) for g in gen_examples}  # task-generation examples have their own, shorter bound
+    lengths = target_length_report([len(s.response_ids) for s in train_dl.dataset if id(s) not in gen_ids],
+                                   e.max_new_tokens)
+    if lengths["over_share"] > 0.01:
+        log.warning("experience: %.0f%% of training targets are longer than experience.max_new_tokens=%d (longest %d "
+                    "tokens, p95 %d): their generations are cut before <reward>/<done> and count as invalid; "
+                    "raise experience.max_new_tokens", 100 * lengths["over_share"], e.max_new_tokens,
+                    lengths["max_len"], lengths["p95_len"])
+    module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps)
+    by_steps = e.max_steps > 0
+    run.trainer("experience", max_epochs=-1 if by_steps else e.epochs, max_steps=e.max_steps if by_steps else -1,
+                gradient_clip_val=e.grad_clip, val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
+                check_val_every_n_epoch=None if by_steps else 1).fit(module, train_dl, val_dl)
+    rel = run.save_policy(module.model, tok, "experience")
+    res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps,
+                      max_new_tokens=e.max_new_tokens)
+    run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+                "experience/task_generation_examples": len(gen_examples),
+                "experience/targets_over_max_new_tokens": lengths["over_share"],
+                "experience/target_max_tokens": lengths["max_len"]})
+    log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})
+    run.state["experience"] = rel
+    run.complete("experience")

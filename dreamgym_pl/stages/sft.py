@@ -1,0 +1,27 @@
+"""sft: behaviour cloning of the policy on successful offline trajectories -> checkpoints/sft."""
+
+from __future__ import annotations
+
+from dreamgym_pl.core import Trajectory
+from dreamgym_pl.policy.algos.sft import SFT, sft_loader
+from dreamgym_pl.policy.module import PolicyModule
+from dreamgym_pl.stages.context import Run
+from dreamgym_pl.stages.policy import finish_policy_stage
+
+
+def sft_trajectories(run: Run) -> list[Trajectory]:
+    src = run.cfg.sft.source
+    trajs = [t for t in run.offline_trajectories() if t.success and (src == "all" or t.source == src)]
+    n = run.cfg.sft.num_trajectories
+    return trajs[:n] if n else trajs
+
+
+def run_stage(run: Run) -> None:
+    c = run.cfg.sft
+    model, tok = run.load_policy()
+    trajs = sft_trajectories(run)
+    loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed)
+    module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
+    run.trainer("sft", max_epochs=-1 if c.max_steps > 0 else c.epochs, max_steps=c.max_steps if c.max_steps > 0 else -1,
+                gradient_clip_val=c.grad_clip).fit(module, loader)
+    finish_policy_stage(run, "sft", module, {"sft/trajectories": len(trajs), "sft/samples": len(loader.dataset)})

@@ -1,0 +1,128 @@
+"""A new environment is one module plus its config: a toy environment defined here alone runs the whole
+DreamGym pipeline (collect -> sft -> experience -> synthetic_rl -> eval) through the normal entry point."""
+
+import random
+
+import pytest
+from omegaconf import OmegaConf
+
+from dreamgym_pl.core import Observation, StepResult, Task
+from dreamgym_pl.envs.base import Environment, SerialVecEnv, make_vec_env, register, scripted_agent_by_name
+from dreamgym_pl.pipeline import run_pipeline
+from tests.conftest import compose
+
+ACTIONS = ["go[up]", "go[done]"]
+WORDS = ["zero", "one", "two", "three"]
+
+
+class Counter:
+    """Count up to the task's target, then say done: reward 1 iff the counter equals the target."""
+
+    def reset(self, task):
+        self.target, self.k = task.goal["target"], 0
+        return Observation("counter at zero", list(ACTIONS))
+
+    def step(self, action):
+        if action == "go[up]" and self.k < 3:
+            self.k += 1
+            return StepResult(Observation(f"counter at {WORDS[self.k]}", list(ACTIONS)), 0.0, False, {"success": False})
+        if action == "go[done]":
+            ok = self.k == self.target
+            return StepResult(Observation("finished", []), float(ok), True, {"success": ok})
+        return StepResult(Observation(f"counter at {WORDS[self.k]}", list(ACTIONS)), 0.0, False,
+                          {"invalid": True, "success": False})
+
+
+class CounterOracle:
+    def __init__(self, eps=0.0, seed=0, name="oracle"):
+        self.eps, self.rng = eps, random.Random(seed)
+
+    def begin(self, tasks):
+        self.tasks = list(tasks)
+
+    def act(self, observations):
+        out = []
+        for task, o in zip(self.tasks, observations):
+            if o is None:
+                out.append(None)
+            elif self.rng.random() < self.eps:
+                out.append(self.rng.choice(ACTIONS))
+            else:
+                out.append("go[done]" if o.text.endswith(WORDS[task.goal["target"]]) else "go[up]")
+        return out
+
+
+class CounterRandom(CounterOracle):
+    def __init__(self, seed=0):
+        super().__init__(1.0, seed)
+
+
+class CounterEnv(SerialVecEnv):
+    instructions = "You count."
+
+    def __init__(self, max_steps=5):
+        def tasks(split):
+            n, base = (60, 0) if split == "train" else (12, 1000)
+            return [Task(f"count-{split}-{i}", f"count to {WORDS[1 + i % 3]}", {"target": 1 + i % 3})
+                    for i in range(base, base + n)]
+
+        super().__init__(Counter, tasks, max_steps)
+
+    def scripted_agent(self, name, seed=0, eps=0.3):
+        return scripted_agent_by_name(name, seed, eps, CounterOracle, CounterRandom)
+
+    def explain(self, t):
+        if t.action == "go[done]":
+            return f"stopping ends the count with reward {t.reward:.2f}"
+        return "going up adds one to the counter"
+
+    def corpus(self):
+        return ACTIONS + ["finished counter at stopping ends the count with reward going up adds one to"]
+
+
+@register("counter")
+def make_counter(max_steps=5):
+    return CounterEnv(max_steps)
+
+
+def test_a_missing_contract_method_fails_when_the_env_is_built():
+    class NoExplain(SerialVecEnv):
+        def scripted_agent(self, name, seed=0, eps=0.3):
+            return None
+
+        def corpus(self):
+            return []
+
+    with pytest.raises(TypeError, match="explain"):
+        NoExplain(Counter, lambda split: [], 5)
+
+    @register("half_env")
+    def make_half():
+        class Half:  # duck-typed, without the method-side of the contract
+            max_steps = 3
+
+            def tasks(self, split):
+                return []
+
+        return Half()
+
+    with pytest.raises(TypeError, match="env.name: environment 'half_env' .*'reset'.*'explain'"):
+        make_vec_env("half_env")
+    assert isinstance(make_vec_env("counter"), Environment)
+
+
+def test_toy_env_runs_the_pipeline(tmp_path):
+    cfg = compose(["stages=[collect,sft,experience,synthetic_rl,eval]", "model.hidden_size=32", "model.num_layers=1",
+                   "model.num_heads=2", "model.intermediate_size=64", "collect.agents.oracle=30",
+                   "collect.agents.noisy_oracle=20", "collect.agents.random=10", "sft.max_steps=30", "sft.warmup_steps=1",
+                   "sft.num_trajectories=20", "experience.max_steps=5", "experience.warmup_steps=1",
+                   "experience.judge_steps=8", "experience.max_new_tokens=40", "synthetic_rl.synthetic_budget=24",
+                   "synthetic_rl.tasks_per_iter=4", "algo.group_size=2", "algo.mini_batch_size=16",
+                   "algo.max_new_tokens=8", "curriculum.train_examples=10", "eval.num_goals=12", "eval.batch_size=12",
+                   "eval.curve_every=0", "trainer.enable_progress_bar=false"])
+    OmegaConf.update(cfg, "env", {"name": "counter", "max_steps": 5}, merge=False)
+    m = run_pipeline(cfg, tmp_path)
+    assert m["collect/oracle_success_rate"] == 1.0 and m["collect/random_success_rate"] < 1.0
+    assert m["experience/judged_steps"] > 0 and m["synthetic_rl/synthetic_transitions"] >= 24
+    assert 0.0 <= m["eval/success_rate"] <= 1.0 and m["eval/num_goals"] == 12
+    assert m["budget/real_transitions"] == m["collect/real_transitions"]

@@ -3,9 +3,9 @@ real headless chromium playing MiniWoB++ episodes, and the clear WebArena error.
 
 import pytest
 
-from dreamgym_pl.envs.browser import (BrowserSetupError, admissible_actions, browser_reasoning, elements,
-                                      find_chromium, make_webarena, miniwob_oracle_action, normalize_action,
-                                      reduce_tree)
+from dreamgym_pl.envs.browser import (BrowserSetupError, admissible_actions, browser_reasoning, find_chromium,
+                                      make_webarena, normalize_action, reduce_tree)
+from dreamgym_pl.envs.miniwob_agents import elements, miniwob_oracle_action
 
 FLAT = """RootWebArea 'Login User Task', focused, url='file:///x/login-user.html'
 \t[14] paragraph ''

@@ -18,11 +18,17 @@ WORDS = ["zero", "one", "two", "three"]
 class Counter:
     """Count up to the task's target, then say done: reward 1 iff the counter equals the target."""
 
+    def __init__(self, max_steps):
+        self.max_steps = max_steps
+
     def reset(self, task):
-        self.target, self.k = task.goal["target"], 0
+        self.target, self.k, self.steps = task.goal["target"], 0, 0
         return Observation("counter at zero", list(ACTIONS))
 
     def step(self, action):
+        self.steps += 1
+        if self.steps >= self.max_steps:
+            return StepResult(Observation("finished", []), 0.0, True, {"success": False, "truncated": True})
         if action == "go[up]" and self.k < 3:
             self.k += 1
             return StepResult(Observation(f"counter at {WORDS[self.k]}", list(ACTIONS)), 0.0, False, {"success": False})
@@ -66,7 +72,7 @@ class CounterEnv(SerialVecEnv):
             return [Task(f"count-{split}-{i}", f"count to {WORDS[1 + i % 3]}", {"target": 1 + i % 3})
                     for i in range(base, base + n)]
 
-        super().__init__(Counter, tasks, max_steps)
+        super().__init__(lambda: Counter(max_steps), tasks, max_steps)
 
     def scripted_agent(self, name, seed=0, eps=0.3):
         return scripted_agent_by_name(name, seed, eps, CounterOracle, CounterRandom)
@@ -94,7 +100,7 @@ def test_a_missing_contract_method_fails_when_the_env_is_built():
             return []
 
     with pytest.raises(TypeError, match="explain"):
-        NoExplain(Counter, lambda split: [], 5)
+        NoExplain(lambda: Counter(5), lambda split: [], 5)
 
     @register("half_env")
     def make_half():

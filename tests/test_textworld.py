@@ -9,8 +9,9 @@ pytest.importorskip("textworld")
 from dreamgym_pl.agents import make_agent  # noqa: E402
 from dreamgym_pl.core import Observation, Task, Transition  # noqa: E402
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
+from dreamgym_pl.envs.alfworld import make_alfworld  # noqa: E402
 from dreamgym_pl.envs.textworld import (GameDataError, clean_feedback, generate_games, generation_options,  # noqa: E402
-                                        make_alfworld, match_command, normalize_command, read_game, strip_banner,
+                                        match_command, normalize_command, read_game, strip_banner,
                                         TextWorldVecEnv, textworld_reasoning)
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes  # noqa: E402
 

@@ -190,7 +190,7 @@ def scripted_agent_by_name(name: str, seed: int, eps: float, oracle: Callable[..
 # ----- registry ------------------------------------------------------------------------------------
 # Built-in environments are imported only when one of them is made (their dependencies are heavy).
 BUILTIN_ENVS = {"webshop": "dreamgym_pl.envs.webshop", "textworld": "dreamgym_pl.envs.textworld",
-                "alfworld": "dreamgym_pl.envs.textworld", "miniwob": "dreamgym_pl.envs.browser",
+                "alfworld": "dreamgym_pl.envs.alfworld", "miniwob": "dreamgym_pl.envs.browser",
                 "webarena": "dreamgym_pl.envs.browser"}
 _REGISTRY: dict[str, Callable[..., Environment]] = {}
 

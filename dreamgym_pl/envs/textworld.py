@@ -1,4 +1,4 @@
-"""TextWorld household games (the engine under ALFWorld), and ALFWorld itself where its data exists.
+"""TextWorld household games (the engine under ALFWorld; ALFWorld itself is in envs/alfworld.py).
 
 Games come from TextWorld's own generator, one game per seed, compiled once into a cache directory keyed by
 the generation options (train and test use disjoint seed ranges). Each task is one game: the instruction is
@@ -356,46 +356,3 @@ def make_textworld(num_train: int = 60, num_test: int = 30, nb_rooms: int = 3, n
     train = _tasks_for(paths[:num_train], "train", train_seeds)
     test = _tasks_for(paths[num_train:], "test", test_seeds)
     return TextWorldVecEnv(train, test, max_steps, intermediate_reward)
-
-
-ALFWORLD_HELP = ("env=alfworld needs the `alfworld` package and its game data: `pip install alfworld`, then "
-                 "`export ALFWORLD_DATA=<dir>` and `alfworld-download` (the data is downloaded from the "
-                 "internet; this project cannot ship or fake it). Without it, use env=textworld.")
-ALFWORLD_SPLITS = {"train": "train", "valid_seen": "valid_seen", "valid_unseen": "valid_unseen"}
-
-
-def alfworld_games(data_dir: Path, split: str) -> list[Path]:
-    """ALFWorld's solvable games of a split: json_2.1.1/<split>/**/game.tw-pddl."""
-    root = data_dir / "json_2.1.1" / ALFWORLD_SPLITS[split]
-    return sorted(root.glob("**/game.tw-pddl"))
-
-
-@register("alfworld")
-def make_alfworld(train_split: str = "train", test_split: str = "valid_unseen", num_train: int | None = None,
-                  num_test: int | None = None, max_steps: int = 50, data_dir: str | None = None,
-                  **_: Any) -> TextWorldVecEnv:
-    """ALFWorld's games through the same adapter (its PDDL games need alfworld's own TextWorld wrappers)."""
-    data = Path(data_dir or os.environ.get("ALFWORLD_DATA", ""))
-    try:
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-    except ImportError as e:
-        raise GameDataError(ALFWORLD_HELP) from e
-    if not str(data) or not (data / "json_2.1.1").is_dir():
-        raise GameDataError(f"ALFWorld data not found at {str(data) or '$ALFWORLD_DATA (unset)'}. " + ALFWORLD_HELP)
-    splits = {}
-    for name, split, n in (("train", train_split, num_train), ("test", test_split, num_test)):
-        if split not in ALFWORLD_SPLITS:
-            raise ValueError(f"env.{name}_split: one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
-        games = alfworld_games(data, split)[:n] if n else alfworld_games(data, split)
-        if not games:
-            raise GameDataError(f"no ALFWorld games under {data / 'json_2.1.1' / split}. " + ALFWORLD_HELP)
-        tasks = []
-        for g in games:
-            traj = json.loads((g.parent / "traj_data.json").read_text()) if (g.parent / "traj_data.json").exists() else {}
-            goal = traj.get("turk_annotations", {}).get("anns", [{}])[0].get("task_desc", "") or g.parent.parent.name
-            tasks.append(Task(task_id=f"alfworld-{split}-{g.parent.parent.name}-{g.parent.name}",
-                              instruction=" ".join(goal.split()),
-                              goal={"game": str(g), "split": split, "category": g.parent.parent.name.split("-")[0]}))
-        splits[name] = tasks
-    return TextWorldVecEnv(splits["train"], splits["test"], max_steps, False, [AlfredDemangler(), AlfredInfos],
-                           name="alfworld")

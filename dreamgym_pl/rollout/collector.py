@@ -49,7 +49,7 @@ def run_episodes(env: VecEnv, tasks: Sequence[Task], actor: Actor, batch_size: i
                     task=batch[i], step=len(cur[i].transitions), state=obs[i], action=acts[i] or "",
                     next_state=r.observation, reward=float(r.reward), done=bool(r.done), source=source, info=info))
                 obs[i] = r.observation
-                if r.done:
+                if r.done or len(cur[i].transitions) >= env.max_steps:  # envs cut episodes themselves; a guard
                     live[i] = False
         trajs.extend(cur)
         bar.update(len(batch))

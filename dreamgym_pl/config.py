@@ -66,7 +66,8 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         if _get(cfg, key) is not None:
             _positive(cfg, key)
     for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget",
-                "eval.curve_every", "eval.curve_goals", "replay.overfetch", "rollout.samples_every"):
+                "eval.curve_every", "eval.curve_goals", "replay.overfetch", "rollout.samples_every",
+                "experience.onpolicy_episodes"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     lam = _get(cfg, "curriculum.lambda_")
@@ -76,6 +77,10 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     for key in ("curriculum.num_seeds", "curriculum.num_clusters", "curriculum.max_words"):
         _positive(cfg, key)
     _require(_get(cfg, "replay.embedder") in ("hashing", "minilm"), "replay.embedder", "must be hashing or minilm")
+    _require(_get(cfg, "replay.exclude") in ("task", "episode", "none"), "replay.exclude", "must be task, episode or none")
+    _require(_get(cfg, "experience.invalid_action") in ("stay", "end"), "experience.invalid_action", "must be stay or end")
+    vf = _get(cfg, "experience.val_fraction")
+    _require(isinstance(vf, (int, float)) and 0 <= vf < 1, "experience.val_fraction", f"must lie in [0, 1), got {vf!r}")
     engine = _get(cfg, "engine.name") or "hf"
     _require(engine in ("hf", "vllm"), "engine.name", f"must be hf or vllm, got {engine!r}")
     if engine == "vllm":  # fail before any work when vLLM or a GPU is missing

@@ -132,6 +132,6 @@ def test_miniwob_s2r_pipeline_tiny(tmp_path):
                               "s2r.real_budget=8", "s2r.tasks_per_iter=2", "synthetic_rl.tasks_per_iter=2"]), tmp_path)
     assert m["collect/oracle_success_rate"] == 1.0
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 16
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
     for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
         assert 0.0 <= m[k] <= 1.0

@@ -45,7 +45,8 @@ def test_ddp_two_cpu_processes(start, tmp_path):
         assert r0["transitions"] == r1["transitions"] == r0["local_transitions"] + r1["local_transitions"]
     rl0, rl1 = (json.loads((d / "ranks" / f"rl_rank{r}.json").read_text()) for r in (0, 1))
     assert m["rl/real_transitions"] == rl0["local_transitions"] + rl1["local_transitions"]
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["rl/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
+        + m["rl/real_transitions"]
     s0, s1 = (json.loads((d / "ranks" / f"synthetic_rl_rank{r}.json").read_text()) for r in (0, 1))
     assert m["synthetic_rl/synthetic_transitions"] == s0["local_transitions"] + s1["local_transitions"]
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]

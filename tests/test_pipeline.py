@@ -36,7 +36,8 @@ def test_grpo_pipeline_tiny(tmp_path):
     for key in ("sft/test_success_rate", "rl/test_success_rate", "eval/success_rate", "rl/real_transitions"):
         assert key in m
     assert m["rl/real_transitions"] >= 60
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["rl/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
+        + m["rl/real_transitions"]
     assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()
     assert (tmp_path / "plots" / "rl_rollouts.png").exists()
     assert list((tmp_path / "tb" / "rl").glob("events.out.tfevents.*"))
@@ -45,7 +46,7 @@ def test_grpo_pipeline_tiny(tmp_path):
     assert m2["budget/real_transitions"] == m["budget/real_transitions"]  # nothing counted twice
 
 
-EXP = ["experience.max_transitions=150", "experience.max_steps=5", "experience.warmup_steps=1", "experience.judge_steps=12", "experience.max_new_tokens=40",
+EXP = ["experience.onpolicy_episodes=4", "experience.max_transitions=150", "experience.max_steps=5", "experience.warmup_steps=1", "experience.judge_steps=12", "experience.max_new_tokens=40",
        "synthetic_rl.synthetic_budget=40", "synthetic_rl.tasks_per_iter=4", "s2r.real_budget=30", "s2r.tasks_per_iter=4",
        "curriculum.train_examples=20", "curriculum.max_words=12"]
 
@@ -57,7 +58,9 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"] \
+        + m["s2r/real_transitions"]  # the on-policy fidelity check's real episodes count too
+    assert 0.0 <= m["experience/onpolicy_terminal_f1"] <= 1.0 and m["experience/onpolicy_steps"] > 0
     for k in ("experience/reward_agreement", "sft/test_success_rate", "synthetic_rl/test_success_rate",
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
         assert k in m

@@ -52,7 +52,7 @@ def test_sigkill_mid_stage_then_resume(tmp_path):
         "collect", "sft", "experience", "synthetic_rl", "s2r", "eval"]
     # counters: the offline budget is counted once, RL stages add exactly what they consumed
     assert m["collect/real_transitions"] == metrics_before["collect/real_transitions"]
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"] >= 200
     assert m["synthetic_rl/iterations"] > killed_at
     # replay buffer: all offline transitions kept, no duplicates, synthetic entries added on top

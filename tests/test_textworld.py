@@ -150,7 +150,7 @@ def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
     m = run_pipeline(compose(["conf=textworld_s2r", *tiny, *EXP, *env, "collect.agents.oracle=8",
                               "collect.agents.noisy_oracle=4", "collect.agents.random=4"]), tmp_path)
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["s2r/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
     for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
         assert 0.0 <= m[k] <= 1.0
 

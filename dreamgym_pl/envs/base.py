@@ -107,6 +107,11 @@ class Environment(ABC):
         key = action_key(action)
         return any(action_key(a) == key for a in obs.admissible)
 
+    def invalid_observation(self, obs: Observation, action: str) -> Observation:
+        """What the agent sees after an action that `obs` does not offer, where the env keeps the episode going
+        (the synthetic env's `stay` rule copies the real env's): by default `obs` unchanged."""
+        return obs
+
     def initial_observation(self, task: Task) -> Observation:
         """The first observation of a task, a fixed function of it (no transition is consumed)."""
         return self.reset([task])[0]
@@ -117,7 +122,7 @@ class Environment(ABC):
 
 
 CONTRACT = ("tasks", "reset", "step", "scripted_agent", "explain", "corpus", "normalize_action", "is_admissible",
-            "initial_observation", "task_family", "max_steps", "instructions", "action_stop", "atomic_words")
+            "invalid_observation", "initial_observation", "task_family", "max_steps", "instructions", "action_stop", "atomic_words")
 
 
 def check_contract(env: Any, name: str) -> None:

@@ -44,7 +44,8 @@ class ExperienceFormat:
     demo_words: int = 40        # words of demo states / next states shown
     state_words: int = 120      # words of the current state shown
     reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
-    overfetch: int = 4          # extra neighbours retrieved so that k remain after excluding the own episode
+    exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
+    overfetch: int = 4          # exclude=episode: extra neighbours retrieved so that k remain
     max_prompt_tokens: int = 768   # training prompts keep their last N tokens
     max_target_tokens: int = 256   # training targets keep their first N tokens
 

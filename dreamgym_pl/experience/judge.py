@@ -54,7 +54,7 @@ def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: R
     for traj in trajs:
         hist: list[tuple[str, str]] = []
         for t in traj.transitions:
-            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt.k, fmt.overfetch), t.state, t.action, fmt))
+            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt), t.state, t.action, fmt))
             refs.append(t)
             hist.append((t.state.text, t.action))
     prompts, refs = prompts[:max_steps], refs[:max_steps]

@@ -53,16 +53,20 @@ class ExperienceModule(L.LightningModule):
                                    self.total_steps, weight_decay=self.weight_decay)
 
 
-def demos_for(buffer: ReplayBuffer | None, t: Transition, k: int, overfetch: int = 4,
-              exclude_episode: bool = True) -> list[Transition]:
-    """Top-k real transitions similar to (task, state, action), excluding the transition's own episode
-    (`k + overfetch` are retrieved so that k remain after the exclusion)."""
-    if buffer is None or k <= 0:
+def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat) -> list[Transition]:
+    """Top-k real transitions similar to (task, state, action) under the format's exclusion rule: `task` (none of
+    the transition's own task: leakage-free), `episode` (none of its own episode; `k + overfetch` are retrieved
+    so that k remain) or `none`."""
+    if buffer is None or fmt.k <= 0:
         return []
-    res = buffer.query([transition_key(t.task.instruction, t.state.text, t.action)], k + overfetch, real_only=True)[0]
+    key = transition_key(t.task.instruction, t.state.text, t.action)
+    if fmt.exclude == "task":
+        return buffer.query([key], fmt.k, real_only=True, exclude_tasks=[t.task.task_id])[0]
+    if fmt.exclude == "none":
+        return buffer.query([key], fmt.k, real_only=True)[0]
+    res = buffer.query([key], fmt.k + fmt.overfetch, real_only=True)[0]
     ep = t.info.get("episode")
-    out = [d for d in res if d is not None and not (exclude_episode and ep is not None and d.info.get("episode") == ep)]
-    return out[:k]
+    return [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)][: fmt.k]
 
 
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
@@ -73,7 +77,7 @@ def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: Experie
     for traj in trajs:
         history: list[tuple[str, str]] = []
         for t in traj.transitions:
-            prompt = build_prompt(t.task.instruction, history, demos_for(buffer, t, fmt.k, fmt.overfetch), t.state,
+            prompt = build_prompt(t.task.instruction, history, demos_for(buffer, t, fmt), t.state,
                                   t.action, fmt)
             target = build_target(t.next_state, t.reward, t.done, t.reasoning, fmt)
             p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-fmt.max_prompt_tokens:]
@@ -83,18 +87,24 @@ def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: Experie
     return out
 
 
-def experience_loaders(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat, buffer: ReplayBuffer | None,
-                       batch_size: int, val_fraction: float = 0.05, seed: int = 0,
-                       extra: Sequence[StepSample] = ()) -> tuple[DataLoader, DataLoader | None, list[Trajectory]]:
-    """Train/val loaders split by trajectory; returns the held-out trajectories for the judge too."""
-    trajs = list(trajs)
-    random.Random(seed).shuffle(trajs)
-    n_val = int(len(trajs) * val_fraction)
-    val_trajs, train_trajs = trajs[:n_val], trajs[n_val:]
+def split_by_task(trajs: Sequence[Trajectory], val_fraction: float, seed: int = 0) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(train, held-out) trajectories, split by task: every trajectory of a held-out task is held out (a
+    share `val_fraction` of the tasks, drawn with `seed`), so no held-out task is seen in training or retrieval.
+    Both keep the collection order."""
+    tasks = sorted({t.task.task_id for t in trajs})
+    random.Random(seed).shuffle(tasks)
+    held = set(tasks[: int(len(tasks) * val_fraction)])
+    return [t for t in trajs if t.task.task_id not in held], [t for t in trajs if t.task.task_id in held]
+
+
+def experience_loaders(train_trajs: Sequence[Trajectory], val_trajs: Sequence[Trajectory], tokenizer: Any,
+                       fmt: ExperienceFormat, buffer: ReplayBuffer | None, batch_size: int, seed: int = 0,
+                       extra: Sequence[StepSample] = ()) -> tuple[DataLoader, DataLoader | None]:
+    """Train (shuffled, + `extra` samples) and validation loaders."""
     train = experience_samples(train_trajs, tokenizer, fmt, buffer) + list(extra)
     val = experience_samples(val_trajs, tokenizer, fmt, buffer)
     g = torch.Generator().manual_seed(seed)
     coll = lambda b: collate(b, tokenizer.pad_token_id)  # noqa: E731
     tl = DataLoader(train, batch_size=batch_size, shuffle=True, generator=g, collate_fn=coll)
     vl = DataLoader(val, batch_size=batch_size, shuffle=False, collate_fn=coll) if val else None
-    return tl, vl, val_trajs
+    return tl, vl

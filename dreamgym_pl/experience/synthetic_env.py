@@ -24,7 +24,14 @@ class SyntheticEnv:
     def __init__(self, engine: GenerationEngine, buffer: ReplayBuffer | None, fmt: ExperienceFormat,
                  initial_observation: Callable[[Task], Observation], task_source: Callable[[str], list[Task]],
                  is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
-                 enrich: bool = True):
+                 enrich: bool = True, invalid_action: str = "end",
+                 invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs):
+        """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
+        0: the paper's rule) or `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
+        the real env's rule)."""
+        if invalid_action not in ("end", "stay"):
+            raise ValueError(f"experience.invalid_action: must be end or stay, got {invalid_action!r}")
+        self.invalid_action, self.invalid_observation = invalid_action, invalid_observation
         self.engine = engine
         self.buffer = buffer
         self.fmt = fmt
@@ -71,12 +78,20 @@ class SyntheticEnv:
             if a is None or self._done[i]:
                 continue
             if not self.is_admissible(a, self._obs[i]):
-                # the paper's rule: an invalid action moves the episode to a failure state with reward 0
                 self._steps[i] += 1
-                self._done[i] = True
                 self.stats["invalid_actions"] = self.stats.get("invalid_actions", 0) + 1
-                out[i] = StepResult(Observation(INVALID_STATE, []), 0.0, True,
-                                    {"invalid": True, "synthetic": True, "success": False, "score": 0.0})
+                info = {"invalid": True, "synthetic": True, "success": False, "score": 0.0}
+                if self.invalid_action == "end":  # the paper's rule: a failure state with reward 0
+                    self._done[i] = True
+                    out[i] = StepResult(Observation(INVALID_STATE, []), 0.0, True, info)
+                    continue
+                obs = self.invalid_observation(self._obs[i], a)  # the real env's rule: the state stays
+                self._done[i] = self._steps[i] >= self.max_steps
+                if self._done[i]:
+                    info["truncated"] = True
+                self._hist[i].append((self._obs[i].text, a))
+                self._obs[i] = obs
+                out[i] = StepResult(obs, 0.0, self._done[i], info)
                 continue
             live.append(i)
         if not live:
@@ -85,7 +100,8 @@ class SyntheticEnv:
         demos: list[list[Transition]] = [[] for _ in live]
         if self.buffer is not None and self.fmt.k > 0:
             keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
-            demos = self.buffer.query(keys, self.fmt.k, real_only=True)
+            exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
+            demos = self.buffer.query(keys, self.fmt.k, real_only=True, exclude_tasks=exclude)
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
                    for j, i in enumerate(live)]
@@ -99,6 +115,8 @@ class SyntheticEnv:
             done = p.done or self._steps[i] >= self.max_steps
             info: dict[str, Any] = {"invalid": False, "invalid_output": not p.valid, "synthetic": True,
                                     "success": bool(done and p.valid and p.reward >= 1.0 - 1e-6), "score": p.reward}
+            if done and not p.done:
+                info["truncated"] = True
             if not p.valid:
                 self.stats["invalid_outputs"] += 1
                 info["parse_errors"] = p.errors

@@ -48,6 +48,7 @@ class ReplayBuffer:
         self.sources: list[str] = []
         self.digests: set[str] = set()
         self.deleted: set[int] = set()
+        self.task_rows: dict[str, set[int]] = {}  # task id -> its rows (leakage-free retrieval)
 
     def __len__(self) -> int:
         return len(self.items) - len(self.deleted)
@@ -74,6 +75,8 @@ class ReplayBuffer:
         self.index.add_items(vecs, np.arange(start, need))
         self.items.extend(new)
         self.sources.extend([source] * len(new))
+        for i, t in enumerate(new, start):
+            self.task_rows.setdefault(t.task.task_id, set()).add(i)
         self._evict()
         return len(new)
 
@@ -93,8 +96,10 @@ class ReplayBuffer:
                 self.items[i] = None
                 excess -= 1
 
-    def query(self, keys: Sequence[str], k: int, real_only: bool = True) -> list[list[Transition]]:
-        """Top-k neighbours of each key text (best first)."""
+    def query(self, keys: Sequence[str], k: int, real_only: bool = True,
+              exclude_tasks: Sequence[str | None] | None = None) -> list[list[Transition]]:
+        """Top-k neighbours of each key text (best first). `exclude_tasks[i]`: a task id whose transitions are
+        never returned for key i (leakage-free retrieval: a task never sees its own transitions)."""
         if k <= 0 or len(self) == 0 or not keys:
             return [[] for _ in keys]
         allowed = [i for i, s in enumerate(self.sources) if i not in self.deleted and (not real_only or s != "synthetic")]
@@ -103,6 +108,19 @@ class ReplayBuffer:
         kk = min(k, len(allowed))
         self.index.set_ef(max(self.ef_search, 2 * kk))
         vecs = self.embedder.embed(list(keys))
+        if exclude_tasks is not None:
+            ok = set(allowed)
+            out = []
+            for vec, ex in zip(vecs, exclude_tasks):
+                rows = self.task_rows.get(ex, set()) if ex is not None else set()
+                n = min(kk, len(ok) - len(rows & ok))
+                if n <= 0:
+                    out.append([])
+                    continue
+                labels, _ = self.index.knn_query(vec[None], k=n, num_threads=1,
+                                                 filter=lambda i: i in ok and i not in rows)
+                out.append([self.items[int(i)] for i in labels[0]])
+            return out
         if real_only and len(allowed) < len(self):
             ok = set(allowed)
             labels, _ = self.index.knn_query(vecs, k=kk, num_threads=1, filter=lambda i: i in ok)
@@ -137,6 +155,8 @@ class ReplayBuffer:
             t = from_dict(Transition, row["t"]) if row["t"] is not None else None
             buf.items.append(t)
             buf.sources.append(row["source"])
+            if t is not None:
+                buf.task_rows.setdefault(t.task.task_id, set()).add(i)
             if row["deleted"]:
                 buf.deleted.add(i)
             elif t is not None:

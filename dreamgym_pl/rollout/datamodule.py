@@ -107,10 +107,13 @@ class RolloutDataModule(L.LightningDataModule):
             rng = iteration_rng(self.seed, self.iteration, SHUFFLE_STREAM)
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
-            samples = self.algo.with_advantages(trajs, self._step_samples(trajs), module, module.tokenizer.pad_token_id)
+            # an episode that an unparseable synthetic transition ended says nothing about the policy: it is
+            # counted against the budget but left out of the policy loss
+            learn = [t for t in trajs if not any(s.info.get("invalid_output") for s in t.transitions)]
+            samples = self.algo.with_advantages(learn, self._step_samples(learn), module, module.tokenizer.pad_token_id)
             rng.shuffle(samples)
             batches = self.minibatches(samples, module)
-            logs = {**self.account(trajs), **perf}
+            logs = {**self.account(trajs), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
             self._notify("on_rollouts_end", trajs, logs)
             module.pending_logs = dict(logs)  # logged with the iteration's first training step
             self.history.append(dict(logs))

@@ -168,3 +168,17 @@ class Run:
         trajs = run_episodes(self.env, tasks, actor, batch_size=self.cfg.eval.batch_size, source="eval",
                              progress=progress) if tasks else []
         return stats_from_sums(dist.all_sum(episode_sums(trajs)))
+
+
+def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
+    """A finished run's resolved config (`<run dir>/config.yaml`) over today's defaults (keys added since the run
+    was made get their defaults), with `key=value` overrides and resume=true: for tools that reuse a run."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+        defaults = compose(config_name="config")
+    saved = OmegaConf.load(Path(run_dir) / "config.yaml")
+    OmegaConf.set_struct(defaults, False)
+    defaults.algo = saved.algo  # an algorithm's keys are its own (no merge across algorithms)
+    cfg = OmegaConf.merge(defaults, saved, OmegaConf.from_dotlist(list(overrides) + ["resume=true"]))
+    return cfg

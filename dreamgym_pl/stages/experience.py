@@ -21,7 +21,7 @@ log = logging.getLogger("dreamgym_pl")
 def experience_format(run: Run) -> ExperienceFormat:
     e = run.cfg.experience
     return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words, state_words=e.state_words,
-                            reasoning=e.reasoning, overfetch=run.cfg.replay.overfetch,
+                            reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
@@ -78,16 +78,44 @@ def experience_model(run: Run) -> tuple[Any, Any]:
     return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
 
 
+def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: ExperienceFormat) -> dict[str, float]:
+    """Open-loop fidelity on the current policy's own behaviour (after sft: the SFT policy): its sampled real
+    episodes on `experience.onpolicy_episodes` train tasks replayed through the experience model ->
+    experience/onpolicy_*. The real transitions it takes are counted (experience/real_transitions)."""
+    from dreamgym_pl.experience.fidelity import open_loop
+    from dreamgym_pl.experience.module import demos_for
+    from dreamgym_pl.rollout.actor import policy_actor
+    from dreamgym_pl.rollout.collector import run_episodes
+    from dreamgym_pl.stages.policy import algorithm
+
+    n = run.cfg.experience.onpolicy_episodes
+    if n <= 0 or not run.state.get("policy"):
+        return {}
+    policy, ptok = run.load_policy()
+    a = algorithm(run).cfg
+    actor = policy_actor(run.engine_for("policy", policy, ptok), run.prompt_cfg, run.env, a.temperature,
+                         a.max_new_tokens, a.top_p)
+    tasks = run.env.tasks("train")
+    tasks = random.Random(run.cfg.seed).sample(tasks, min(n, len(tasks)))
+    real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
+    res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
+                    run.cfg.experience.max_new_tokens)
+    used = sum(len(t.transitions) for t in real)
+    run.add_budget("real_transitions", used)
+    return {"experience/real_transitions": used, **{f"experience/onpolicy_{k.split('/', 1)[1]}": v for k, v in res.items()}}
+
+
 def run_stage(run: Run) -> None:
     from dreamgym_pl.experience.judge import judge_steps
-    from dreamgym_pl.experience.module import ExperienceModule, experience_loaders
+    from dreamgym_pl.experience.module import ExperienceModule, experience_loaders, split_by_task
 
     e = run.cfg.experience
     trajs = run.offline_trajectories()
     annotate(trajs, run.env.explain)
+    # held-out tasks are split off first: they are never trained on nor retrieved while the judge scores them
+    trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)
     buffer = load_replay(run)
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
-    save_replay(run, buffer)
     if e.max_transitions:
         kept, n = [], 0
         for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
@@ -99,8 +127,8 @@ def run_stage(run: Run) -> None:
     model, tok = experience_model(run)
     fmt = experience_format(run)
     gen_examples = task_generation_examples(run, tok)
-    train_dl, val_dl, held_out = experience_loaders(trajs, tok, fmt, buffer, e.batch_size, e.val_fraction, run.cfg.seed,
-                                                    extra=gen_examples)
+    train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
+                                          extra=gen_examples)
     gen_ids = {id(g) for g in gen_examples}  # task-generation examples have their own, shorter bound
     lengths = target_length_report([len(s.response_ids) for s in train_dl.dataset if id(s) not in gen_ids],
                                    e.max_new_tokens)
@@ -117,6 +145,9 @@ def run_stage(run: Run) -> None:
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps,
                       max_new_tokens=e.max_new_tokens)
+    res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt))
+    buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
+    save_replay(run, buffer)
     run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
                 "experience/task_generation_examples": len(gen_examples),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],

@@ -39,7 +39,8 @@ def make_synthetic_env(run: Run, buffer: Any) -> SyntheticEnv:
     params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=list(STOP))
     return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run),
                         lambda task: initial_observation(run.env, task), run.env.tasks, run.env.is_admissible, params,
-                        max_steps=run.env.max_steps)
+                        max_steps=run.env.max_steps, invalid_action=e.invalid_action,
+                        invalid_observation=run.env.invalid_observation)
 
 
 def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm) -> Curriculum:

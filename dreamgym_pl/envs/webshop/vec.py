@@ -4,17 +4,19 @@ Registered as `env.name: webshop`."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dreamgym_pl.core import Observation, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, action_key, register
 from dreamgym_pl.envs.webshop.agents import make_webshop_agent
-from dreamgym_pl.envs.webshop.env import WebShopEngine, WebShopEnv, get_engine
+from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
 from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
 from dreamgym_pl.envs.webshop.search import product_text
 
 # page controls and action forms the tokenizer must know besides the product texts
 CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "click[buy now]", "search[x]")
+INVALID_NOTE = re.compile(r"^\s*invalid action\s*:.*?\[SEP\]\s*", re.IGNORECASE | re.DOTALL)
 
 
 class WebShopVecEnv(SerialVecEnv):
@@ -57,6 +59,11 @@ class WebShopVecEnv(SerialVecEnv):
             if k == key or (k.startswith("search[") and key.startswith("search[")):
                 return True
         return False
+
+    def invalid_observation(self, obs: Observation, action: str) -> Observation:
+        """The page again, headed by WebShop's note (`invalid action: ...`), which replaces an earlier note."""
+        page = INVALID_NOTE.sub("", obs.text, count=1)
+        return Observation(f"invalid action: {action.strip()[:80]}{SEP}{page}", list(obs.admissible), dict(obs.refs))
 
     def initial_observation(self, task: Task) -> Observation:
         """The search page of `task`, from a fresh single env (the batch slots are left alone)."""

@@ -1,0 +1,142 @@
+"""Fidelity of the synthetic env on a policy's own behaviour (not only on offline steps).
+
+- closed loop: the same policy, sampled as in RL, on the same tasks in the real and in the synthetic env:
+  success, return, length and what ended the episodes, in both; the success gap (synthetic - real) with a
+  95% interval from a bootstrap over tasks;
+- open loop: the policy's real trajectories replayed step by step through the experience model with the real
+  history: reward and done agreement, terminal-success precision/recall/F1, recall of the policy's next action
+  in the predicted admissible list, next-state token F1.
+Scoring is pure (unit-tested); `open_loop` calls the experience model through an engine.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+from dreamgym_pl.core import Trajectory, Transition
+from dreamgym_pl.experience.format import STOP, ExperienceFormat, ParsedStep, build_prompt, parse_output
+from dreamgym_pl.experience.judge import set_f1, token_f1
+from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
+
+END_CAUSES = ("done", "invalid", "unparseable", "step_limit")
+
+
+def end_cause(traj: Trajectory, max_steps: int) -> str:
+    """Why an episode ended: the env said done, an invalid action ended it (the synthetic env's failure rule),
+    an unparseable model output ended it, or the step limit cut it."""
+    if not traj.transitions:
+        return "done"
+    last = traj.transitions[-1]
+    if last.info.get("invalid_output"):
+        return "unparseable"
+    if last.info.get("synthetic") and last.info.get("invalid"):
+        return "invalid"
+    if last.info.get("truncated") or not last.done or len(traj.transitions) > max_steps:
+        return "step_limit"
+    return "done"
+
+
+def episode_report(trajs: Sequence[Trajectory], max_steps: int, returns: Sequence[float]) -> dict[str, float]:
+    """Success, mean return, steps per episode and the share of each end cause."""
+    n = max(1, len(trajs))
+    out = {"success": sum(t.success for t in trajs) / n, "mean_return": sum(returns) / n,
+           "steps": sum(len(t.transitions) for t in trajs) / n,
+           "invalid_actions_per_step": sum(1 for t in trajs for s in t.transitions if s.info.get("invalid"))
+           / max(1, sum(len(t.transitions) for t in trajs))}
+    causes = [end_cause(t, max_steps) for t in trajs]
+    out.update({f"end_{c}": causes.count(c) / n for c in END_CAUSES})
+    return out
+
+
+def bootstrap_gap(real: dict[str, list[float]], synthetic: dict[str, list[float]], n_boot: int = 2000,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """Mean(synthetic) - mean(real) of per-episode outcomes grouped by task, and its 95% percentile interval
+    from resampling tasks with replacement (both envs' episodes of a drawn task go together)."""
+    tasks = sorted(set(real) & set(synthetic))
+    if not tasks:
+        return 0.0, 0.0, 0.0
+
+    def gap(ts: Sequence[str]) -> float:
+        r = [x for t in ts for x in real[t]]
+        s = [x for t in ts for x in synthetic[t]]
+        return sum(s) / max(1, len(s)) - sum(r) / max(1, len(r))
+
+    rng = random.Random(seed)
+    draws = sorted(gap([rng.choice(tasks) for _ in tasks]) for _ in range(n_boot))
+    return gap(tasks), draws[int(0.025 * n_boot)], draws[min(n_boot - 1, int(0.975 * n_boot))]
+
+
+def by_task(trajs: Sequence[Trajectory], value) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for t in trajs:
+        out.setdefault(t.task.task_id, []).append(float(value(t)))
+    return out
+
+
+def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], next_actions: Sequence[str | None],
+                    reward_tol: float = 0.05) -> dict[str, float]:
+    """Step-level agreement of predictions with the real steps; `next_actions[i]` is the action the policy
+    took from refs[i].next_state (None after the last step)."""
+    n = max(1, len(refs))
+    norm = lambda s: "".join(s.lower().split())  # noqa: E731
+    ra = sum(1 for p, t in zip(parsed, refs) if p.valid and abs(p.reward - t.reward) <= reward_tol)
+    da = sum(1 for p, t in zip(parsed, refs) if p.valid and p.done == t.done)
+    pred_succ = [p.valid and p.done and p.reward >= 1.0 - 1e-6 for p in parsed]
+    real_succ = [bool(t.done and t.info.get("success")) for t in refs]
+    tp = sum(1 for a, b in zip(pred_succ, real_succ) if a and b)
+    prec = tp / max(1, sum(pred_succ))
+    rec = tp / max(1, sum(real_succ))
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else (1.0 if not any(pred_succ) and not any(real_succ) else 0.0)
+    with_next = [(p, a) for p, a in zip(parsed, next_actions) if a is not None]
+    recall = sum(1 for p, a in with_next if p.valid and (not p.observation.admissible or
+                                                        norm(a) in {norm(x) for x in p.observation.admissible}))
+    return {
+        "open_loop/reward_agreement": ra / n,
+        "open_loop/done_agreement": da / n,
+        "open_loop/terminal_precision": prec,
+        "open_loop/terminal_recall": rec,
+        "open_loop/terminal_f1": f1,
+        "open_loop/action_recall": recall / max(1, len(with_next)),
+        "open_loop/admissible_f1": sum(set_f1(p.observation.admissible, t.next_state.admissible)
+                                       for p, t in zip(parsed, refs) if p.valid) / n,
+        "open_loop/state_f1": sum(token_f1(p.observation.text, t.next_state.text) for p, t in zip(parsed, refs)
+                                  if p.valid) / n,
+        "open_loop/unparseable": sum(1 for p in parsed if not p.valid) / n,
+        "open_loop/steps": float(len(refs)),
+    }
+
+
+def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
+              max_new_tokens: int, max_steps: int | None = None) -> dict[str, float]:
+    """Replay real trajectories through the experience model (greedy), with the real history and
+    `demos(transition) -> retrieved demonstrations`."""
+    prompts, refs, nxt = [], [], []
+    for traj in trajs:
+        hist: list[tuple[str, str]] = []
+        for j, t in enumerate(traj.transitions):
+            prompts.append(build_prompt(t.task.instruction, hist, demos(t), t.state, t.action, fmt))
+            refs.append(t)
+            nxt.append(traj.transitions[j + 1].action if j + 1 < len(traj.transitions) else None)
+            hist.append((t.state.text, t.action))
+    if max_steps is not None:
+        prompts, refs, nxt = prompts[:max_steps], refs[:max_steps], nxt[:max_steps]
+    if not prompts:
+        return {}
+    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=list(STOP)))
+    return score_open_loop([parse_output(c.text) for c in comps], refs, nxt)
+
+
+def closed_loop_report(real: Sequence[Trajectory], synthetic: Sequence[Trajectory], max_steps: int, ret,
+                       seed: int = 0) -> dict[str, Any]:
+    """The closed-loop keys of both envs, the success gap and its 95% interval (`ret(traj)`: the RL return)."""
+    out: dict[str, Any] = {}
+    for name, trajs in (("real", real), ("synthetic", synthetic)):
+        for k, v in episode_report(trajs, max_steps, [ret(t) for t in trajs]).items():
+            out[f"closed_loop/{k}_{name}"] = v
+    out["closed_loop/real_success"] = out.pop("closed_loop/success_real")
+    out["closed_loop/synthetic_success"] = out.pop("closed_loop/success_synthetic")
+    gap, lo, hi = bootstrap_gap(by_task(real, lambda t: t.success), by_task(synthetic, lambda t: t.success), seed=seed)
+    out.update({"closed_loop/success_gap": gap, "closed_loop/success_gap_lo": lo, "closed_loop/success_gap_hi": hi,
+                "closed_loop/episodes": float(len(real))})
+    return out

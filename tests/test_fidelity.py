@@ -1,0 +1,92 @@
+"""Fidelity measurement and leakage-free retrieval: hand-computed scores, end causes, the bootstrap gap,
+task exclusion in the replay buffer and in the synthetic env, the split by task, the `stay` rule."""
+
+import pytest
+
+from dreamgym_pl.core import Observation, StepResult, Task, Trajectory, Transition
+from dreamgym_pl.experience.fidelity import bootstrap_gap, end_cause, episode_report, score_open_loop
+from dreamgym_pl.experience.format import ExperienceFormat, ParsedStep
+from dreamgym_pl.experience.module import demos_for, split_by_task
+from dreamgym_pl.replay.buffer import ReplayBuffer
+from dreamgym_pl.replay.embed import HashingEmbedder
+
+
+def tr(task, state, action, nxt, reward=0.0, done=False, **info):
+    t = Task(task, f"buy {task}")
+    return Transition(t, 0, Observation(state, ["click[a]", "click[b]"]), action, Observation(nxt, ["click[c]"]),
+                      reward, done, info=info)
+
+
+def traj(*transitions):
+    return Trajectory(task=transitions[0].task, transitions=list(transitions))
+
+
+def test_a_task_never_retrieves_its_own_transitions():
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=8)
+    same = [tr("lamp", "results page", "click[a]", f"item page {i}", episode=f"oracle-{i}") for i in range(5)]
+    other = tr("desk", "results page x", "click[a]", "desk page", episode="oracle-9")
+    buf.add(same + [other], "offline")
+    query = tr("lamp", "results page", "click[a]", "?", episode="policy-0")
+    assert {d.task.task_id for d in demos_for(buf, query, ExperienceFormat(k=3, exclude="task"))} == {"desk"}
+    # the old rule (own episode only) shows the same task's transitions: the answer is in the prompt
+    assert "lamp" in {d.task.task_id for d in demos_for(buf, query, ExperienceFormat(k=3, exclude="episode"))}
+    assert buf.query(["results page"], 3, exclude_tasks=["desk"])[0][0].task.task_id == "lamp"
+
+
+def test_split_by_task_holds_out_whole_tasks():
+    trajs = [traj(tr(f"t{i % 10}", "s", "click[a]", "n")) for i in range(40)]
+    train, held = split_by_task(trajs, 0.2, seed=0)
+    held_tasks = {t.task.task_id for t in held}
+    assert len(held_tasks) == 2 and len(held) == 8 and len(train) == 32
+    assert not held_tasks & {t.task.task_id for t in train}
+
+
+def test_end_causes_and_report():
+    ok = traj(tr("a", "s", "click[buy]", "thanks", 1.0, True, success=True))
+    cut = traj(tr("a", "s", "click[x]", "s", 0.0, True, truncated=True))
+    bad = traj(tr("a", "s", "click[x]", "fail", 0.0, True, invalid=True, synthetic=True))
+    junk = traj(tr("a", "s", "click[x]", "fail", 0.0, True, invalid_output=True, synthetic=True))
+    assert [end_cause(t, 10) for t in (ok, cut, bad, junk)] == ["done", "step_limit", "invalid", "unparseable"]
+    r = episode_report([ok, cut, bad, junk], 10, [1.0, 0.0, 0.0, 0.0])
+    assert r["success"] == 0.25 and r["end_done"] == 0.25 and r["mean_return"] == 0.25
+    assert r["invalid_actions_per_step"] == 0.25
+
+
+def test_bootstrap_gap_is_the_mean_difference():
+    real = {"a": [1.0, 0.0], "b": [0.0, 0.0]}
+    syn = {"a": [1.0, 1.0], "b": [1.0, 0.0]}
+    gap, lo, hi = bootstrap_gap(real, syn, n_boot=500)
+    assert gap == pytest.approx(0.75 - 0.25)
+    assert lo <= gap <= hi
+    assert bootstrap_gap(real, real)[0] == 0.0
+
+
+def test_open_loop_scores_hand_computed():
+    refs = [tr("a", "s", "click[a]", "p", 0.0, False), tr("a", "p", "click[c]", "done", 1.0, True, success=True)]
+    parsed = [ParsedStep(Observation("p", ["click[c]"]), 0.0, False),
+              ParsedStep(Observation("done", []), 0.0, True)]  # says done but with reward 0: a missed success
+    r = score_open_loop(parsed, refs, ["click[c]", None])
+    assert r["open_loop/reward_agreement"] == 0.5 and r["open_loop/done_agreement"] == 1.0
+    assert r["open_loop/terminal_recall"] == 0.0 and r["open_loop/terminal_f1"] == 0.0
+    assert r["open_loop/action_recall"] == 1.0 and r["open_loop/state_f1"] == 1.0
+
+
+def test_synthetic_env_stay_rule_keeps_the_state():
+    from dreamgym_pl.experience.synthetic_env import SyntheticEnv
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    class NoEngine:
+        def generate(self, prompts, params):
+            raise AssertionError("an invalid action needs no generation")
+
+    start = Observation("page", ["click[a]"])
+    note = lambda obs, a: Observation(f"invalid action: {a} | {obs.text}", obs.admissible)  # noqa: E731
+    env = SyntheticEnv(NoEngine(), None, ExperienceFormat(), lambda t: start, lambda s: [],
+                       lambda a, o: a in o.admissible, SamplingParams(), max_steps=2, invalid_action="stay",
+                       invalid_observation=note)
+    env.reset([Task("t", "x")])
+    r = env.step(["click[z]"])[0]
+    assert isinstance(r, StepResult) and not r.done and r.reward == 0.0 and r.info["invalid"]
+    assert r.observation.text == "invalid action: click[z] | page" and r.observation.admissible == ["click[a]"]
+    r = env.step(["click[z]"])[0]
+    assert r.done and r.info["truncated"]  # the step limit still ends it

@@ -67,7 +67,7 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
             _positive(cfg, key)
     for key in ("experience.history", "experience.max_transitions", "replay.k", "synthetic_rl.synthetic_budget",
                 "eval.curve_every", "eval.curve_goals", "replay.overfetch", "rollout.samples_every",
-                "experience.onpolicy_episodes"):
+                "experience.onpolicy_episodes", "experience.policy_episodes"):
         if _get(cfg, key) is not None:
             _positive(cfg, key, allow_zero=True)
     lam = _get(cfg, "curriculum.lambda_")

@@ -9,8 +9,9 @@ episode-end causes in both, and the success gap (synthetic - real) with a 95% bo
 Open loop: the real episodes replayed step by step through the experience model (greedy, real history):
 reward/done agreement, terminal-success precision/recall/F1, next-action recall, next-state token F1.
 Retrieval follows `replay.exclude` (default task: no task ever sees its own transitions). Trailing
-`key=value` overrides change the synthetic env's settings (e.g. `experience.invalid_action=end`). Tasks come
-from the train split (or `--split val` where an env has one), never from test. Writes flat keys to F.json.
+`key=value` overrides change the synthetic env's settings (e.g. `experience.invalid_action=end`). Tasks are
+train tasks the offline data never touched (the experience model never trained on them), or `--split val`
+where an env has one; never test. Writes flat keys to F.json.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
-from dreamgym_pl.stages.experience import experience_format, load_replay  # noqa: E402
+from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
 from dreamgym_pl.stages.synthetic_rl import make_synthetic_env  # noqa: E402
 
@@ -70,7 +71,7 @@ def main() -> None:
         sys.exit(f"--policy {args.policy}: no policy checkpoint at {ckpt}")
     policy, tok = load_pretrained(ckpt, cfg.model.get("dtype", "float32"))
     algo = algorithm(run)
-    tasks = run.env.tasks(args.split)
+    tasks = unseen_train_tasks(run) if args.split == "train" else run.env.tasks(args.split)
     tasks = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
     episodes = [t for t in tasks for _ in range(args.rollouts_per_task)]
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,

@@ -87,7 +87,10 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     tp = sum(1 for a, b in zip(pred_succ, real_succ) if a and b)
     prec = tp / max(1, sum(pred_succ))
     rec = tp / max(1, sum(real_succ))
-    f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else (1.0 if not any(pred_succ) and not any(real_succ) else 0.0)
+    if not any(pred_succ) and not any(real_succ):
+        f1 = float("nan")  # no success on either side: undefined, not perfect
+    else:
+        f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else 0.0
     with_next = [(p, a) for p, a in zip(parsed, next_actions) if a is not None]
     recall = sum(1 for p, a in with_next if p.valid and (not p.observation.admissible or
                                                         norm(a) in {norm(x) for x in p.observation.admissible}))

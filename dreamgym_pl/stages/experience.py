@@ -78,6 +78,54 @@ def experience_model(run: Run) -> tuple[Any, Any]:
     return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
 
 
+def policy_offline_data(run: Run) -> list:
+    """`experience.policy_episodes` sampled real episodes of the current (SFT) policy on the tasks the offline
+    data cover, one more offline agent whose mistakes (wrong item, wrong option, loops) the scripted agents
+    rarely make -> offline/policy_transitions.jsonl; their real transitions are counted
+    (experience/policy_real_transitions)."""
+    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
+    from dreamgym_pl.rollout.actor import policy_actor
+    from dreamgym_pl.rollout.collector import run_episodes
+    from dreamgym_pl.stages.policy import algorithm
+
+    n = run.cfg.experience.policy_episodes
+    path = run.dir / "offline" / "policy_transitions.jsonl"
+    if n <= 0 or not run.state.get("policy"):
+        return []
+    if run.cfg.resume and path.exists():
+        return group_trajectories(read_jsonl(path, Transition))
+    seen = list(dict.fromkeys(t.task.task_id for t in run.offline_trajectories()))
+    by_id = {t.task_id: t for t in run.env.tasks("train")}
+    tasks = [by_id[i] for i in seen if i in by_id]
+    rng = random.Random(run.cfg.seed + 2)
+    tasks = [tasks[rng.randrange(len(tasks))] for _ in range(n)]
+    policy, ptok = run.load_policy()
+    a = algorithm(run).cfg
+    actor = policy_actor(run.engine_for("policy", policy, ptok), run.prompt_cfg, run.env, a.temperature,
+                         a.max_new_tokens, a.top_p)
+    trajs = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy",
+                         progress="policy episodes")
+    for ep, t in enumerate(trajs):
+        for s in t.transitions:
+            s.info = {k: v for k, v in s.info.items() if k not in ("prompt", "response_ids", "gen_logprobs")}
+            s.info["episode"] = f"policy-{ep}"
+    transitions = [s for t in trajs for s in t.transitions]
+    if dist.is_main():
+        write_jsonl(path, transitions)
+    run.record({"experience/policy_real_transitions": len(transitions),
+                "experience/policy_success_rate": sum(t.success for t in trajs) / max(1, len(trajs))})
+    run.add_budget("real_transitions", len(transitions))
+    return group_trajectories(transitions)
+
+
+def unseen_train_tasks(run: Run) -> list:
+    """Train tasks of which the offline data hold no transition: the experience model never trained on them
+    (nor retrieves them), so fidelity measured there is not memorised."""
+    seen = {t.task.task_id for t in run.offline_trajectories()}
+    unseen = [t for t in run.env.tasks("train") if t.task_id not in seen]
+    return unseen or run.env.tasks("train")
+
+
 def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: ExperienceFormat) -> dict[str, float]:
     """Open-loop fidelity on the current policy's own behaviour (after sft: the SFT policy): its sampled real
     episodes on `experience.onpolicy_episodes` train tasks replayed through the experience model ->
@@ -91,11 +139,11 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     n = run.cfg.experience.onpolicy_episodes
     if n <= 0 or not run.state.get("policy"):
         return {}
+    tasks = unseen_train_tasks(run)
     policy, ptok = run.load_policy()
     a = algorithm(run).cfg
     actor = policy_actor(run.engine_for("policy", policy, ptok), run.prompt_cfg, run.env, a.temperature,
                          a.max_new_tokens, a.top_p)
-    tasks = run.env.tasks("train")
     tasks = random.Random(run.cfg.seed).sample(tasks, min(n, len(tasks)))
     real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
@@ -110,7 +158,7 @@ def run_stage(run: Run) -> None:
     from dreamgym_pl.experience.module import ExperienceModule, experience_loaders, split_by_task
 
     e = run.cfg.experience
-    trajs = run.offline_trajectories()
+    trajs = run.offline_trajectories() + policy_offline_data(run)
     annotate(trajs, run.env.explain)
     # held-out tasks are split off first: they are never trained on nor retrieved while the judge scores them
     trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)

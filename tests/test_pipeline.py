@@ -60,7 +60,7 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"] \
         + m["s2r/real_transitions"]  # the on-policy fidelity check's real episodes count too
-    assert 0.0 <= m["experience/onpolicy_terminal_f1"] <= 1.0 and m["experience/onpolicy_steps"] > 0
+    assert 0.0 <= m["experience/onpolicy_reward_agreement"] <= 1.0 and m["experience/onpolicy_steps"] > 0
     for k in ("experience/reward_agreement", "sft/test_success_rate", "synthetic_rl/test_success_rate",
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
         assert k in m

@@ -5,6 +5,7 @@ held-out real trajectories -> checkpoints/experience, replay/."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 from typing import Any
 
@@ -150,7 +151,9 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
                     run.cfg.experience.max_new_tokens)
     used = sum(len(t.transitions) for t in real)
     run.add_budget("real_transitions", used)
-    return {"experience/real_transitions": used, **{f"experience/onpolicy_{k.split('/', 1)[1]}": v for k, v in res.items()}}
+    # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
+    return {"experience/real_transitions": used, **{f"experience/onpolicy_{k.split('/', 1)[1]}": v
+                                                    for k, v in res.items() if math.isfinite(v)}}
 
 
 def run_stage(run: Run) -> None:
@@ -164,14 +167,16 @@ def run_stage(run: Run) -> None:
     trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)
     buffer = load_replay(run)
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
-    if e.max_transitions:
+    if e.max_transitions:  # the scripted agents' data are bounded; the policy's episodes are all kept
         kept, n = [], 0
         for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
+            if tr.source == "policy":
+                continue
             if n >= e.max_transitions:
                 break
             kept.append(tr)
             n += len(tr.transitions)
-        trajs = kept
+        trajs = kept + [tr for tr in trajs if tr.source == "policy"]
     model, tok = experience_model(run)
     fmt = experience_format(run)
     gen_examples = task_generation_examples(run, tok)

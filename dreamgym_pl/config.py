@@ -78,7 +78,8 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         _positive(cfg, key)
     _require(_get(cfg, "replay.embedder") in ("hashing", "minilm"), "replay.embedder", "must be hashing or minilm")
     _require(_get(cfg, "replay.exclude") in ("task", "episode", "none"), "replay.exclude", "must be task, episode or none")
-    _require(_get(cfg, "experience.invalid_action") in ("stay", "end"), "experience.invalid_action", "must be stay or end")
+    _require(_get(cfg, "experience.invalid_action") in ("stay", "end", "model"), "experience.invalid_action",
+             "must be stay, end or model")
     vf = _get(cfg, "experience.val_fraction")
     _require(isinstance(vf, (int, float)) and 0 <= vf < 1, "experience.val_fraction", f"must lie in [0, 1), got {vf!r}")
     engine = _get(cfg, "engine.name") or "hf"

@@ -5,7 +5,7 @@ import pytest
 
 from dreamgym_pl.core import Observation, StepResult, Task, Trajectory, Transition
 from dreamgym_pl.experience.fidelity import bootstrap_gap, end_cause, episode_report, score_open_loop
-from dreamgym_pl.experience.format import ExperienceFormat, ParsedStep
+from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, ParsedStep
 from dreamgym_pl.experience.module import demos_for, split_by_task
 from dreamgym_pl.replay.buffer import ReplayBuffer
 from dreamgym_pl.replay.embed import HashingEmbedder
@@ -44,7 +44,7 @@ def test_split_by_task_holds_out_whole_tasks():
 def test_end_causes_and_report():
     ok = traj(tr("a", "s", "click[buy]", "thanks", 1.0, True, success=True))
     cut = traj(tr("a", "s", "click[x]", "s", 0.0, True, truncated=True))
-    bad = traj(tr("a", "s", "click[x]", "fail", 0.0, True, invalid=True, synthetic=True))
+    bad = traj(tr("a", "s", "click[x]", INVALID_STATE, 0.0, True, invalid=True, synthetic=True))
     junk = traj(tr("a", "s", "click[x]", "fail", 0.0, True, invalid_output=True, synthetic=True))
     assert [end_cause(t, 10) for t in (ok, cut, bad, junk)] == ["done", "step_limit", "invalid", "unparseable"]
     r = episode_report([ok, cut, bad, junk], 10, [1.0, 0.0, 0.0, 0.0])

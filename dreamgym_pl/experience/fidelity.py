@@ -15,7 +15,7 @@ import random
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Trajectory, Transition
-from dreamgym_pl.experience.format import STOP, ExperienceFormat, ParsedStep, build_prompt, parse_output
+from dreamgym_pl.experience.format import INVALID_STATE, STOP, ExperienceFormat, ParsedStep, build_prompt, parse_output
 from dreamgym_pl.experience.judge import set_f1, token_f1
 from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
 
@@ -30,10 +30,10 @@ def end_cause(traj: Trajectory, max_steps: int) -> str:
     last = traj.transitions[-1]
     if last.info.get("invalid_output"):
         return "unparseable"
-    if last.info.get("synthetic") and last.info.get("invalid"):
-        return "invalid"
     if last.info.get("truncated") or not last.done or len(traj.transitions) > max_steps:
         return "step_limit"
+    if last.info.get("synthetic") and last.info.get("invalid") and last.next_state.text == INVALID_STATE:
+        return "invalid"
     return "done"
 
 

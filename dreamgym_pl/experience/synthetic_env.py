@@ -3,8 +3,9 @@
 For a batch of live episodes it retrieves the top-k similar real transitions for each (task, state,
 action), builds the experience prompts, runs one batched generate, parses the outputs and returns
 StepResults. Episodes end on `done`, on an unparseable output (an invalid transition: failure state,
-reward 0, counted in `invalid_outputs`), on an action the current state does not offer (judged by the real
-env's `is_admissible` rule; a failure state with reward 0, as the paper specifies) or at `max_steps`. Fresh
+reward 0, counted in `invalid_outputs`) or at `max_steps`. An action the current state does not offer (judged
+by the real env's `is_admissible` rule) follows `invalid_action`: `end` (a failure state with reward 0, the
+paper's rule), `stay` (the state is kept, as the real env does) or `model` (the model predicts). Fresh
 synthetic transitions enrich the buffer. The first observation of a task is the real env's initial
 observation, which needs no real interaction: it is a fixed function of the task.
 """
@@ -27,10 +28,11 @@ class SyntheticEnv:
                  enrich: bool = True, invalid_action: str = "end",
                  invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs):
         """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
-        0: the paper's rule) or `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
-        the real env's rule)."""
-        if invalid_action not in ("end", "stay"):
-            raise ValueError(f"experience.invalid_action: must be end or stay, got {invalid_action!r}")
+        0: the paper's rule), `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
+        the real env's rule) or `model` (no rule: the experience model predicts what follows, as for any
+        action; the step is still marked invalid when the predicted list lacks the action)."""
+        if invalid_action not in ("end", "stay", "model"):
+            raise ValueError(f"experience.invalid_action: must be end, stay or model, got {invalid_action!r}")
         self.invalid_action, self.invalid_observation = invalid_action, invalid_observation
         self.engine = engine
         self.buffer = buffer
@@ -77,7 +79,7 @@ class SyntheticEnv:
         for i, a in enumerate(actions):
             if a is None or self._done[i]:
                 continue
-            if not self.is_admissible(a, self._obs[i]):
+            if self.invalid_action != "model" and not self.is_admissible(a, self._obs[i]):
                 self._steps[i] += 1
                 self.stats["invalid_actions"] = self.stats.get("invalid_actions", 0) + 1
                 info = {"invalid": True, "synthetic": True, "success": False, "score": 0.0}
@@ -113,7 +115,8 @@ class SyntheticEnv:
             p = parse_output(c.text)
             self._steps[i] += 1
             done = p.done or self._steps[i] >= self.max_steps
-            info: dict[str, Any] = {"invalid": False, "invalid_output": not p.valid, "synthetic": True,
+            offered = self.is_admissible(actions[i], self._obs[i])
+            info: dict[str, Any] = {"invalid": not offered, "invalid_output": not p.valid, "synthetic": True,
                                     "success": bool(done and p.valid and p.reward >= 1.0 - 1e-6), "score": p.reward}
             if done and not p.done:
                 info["truncated"] = True

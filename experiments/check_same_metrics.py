@@ -3,7 +3,7 @@ same metrics.json (timing keys aside).
 
     python experiments/check_same_metrics.py REV_A [REV_B] [--out DIR] [key=value ...]
 
-REV_B defaults to the working tree. Each revision is checked out with `git worktree` into DIR, run with this
+REV_B defaults to the working tree; REV_A == REV_B checks that a revision is deterministic. Each revision is checked out with `git worktree` into DIR, run with this
 interpreter (one run at a time), and the two metrics.json files are compared key by key; keys measuring time
 (`*/seconds`, `*per_s*`, `*overhead_share`) are left out. Exit status 1 when any other key differs. The run is
 small but exercises every stage of the preset (collect, sft, experience with the judge, synthetic RL with the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,14 +39,15 @@ def differences(a: dict[str, float], b: dict[str, float]) -> list[str]:
             if not any(t in k for t in TIMING) and a.get(k) != b.get(k)]
 
 
-def run_at(rev: str | None, out: Path, overrides: list[str]) -> dict[str, float]:
+def run_at(rev: str | None, out: Path, overrides: list[str], side: str) -> dict[str, float]:
     src = ROOT
     if rev is not None:
         src = out / f"src-{rev}"
         if not src.exists():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(src), rev], check=True,
                            capture_output=True)
-    run_dir = out / f"run-{rev or 'worktree'}"
+    run_dir = out / f"run-{side}-{rev or 'worktree'}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run: nothing of an earlier one may be reused
     cmd = [sys.executable, str(src / "experiments" / "run.py"), *SMALL, *overrides, f"hydra.run.dir={run_dir}"]
     p = subprocess.run(cmd, cwd=src, capture_output=True, text=True)  # run.py puts its own checkout first on sys.path
     if p.returncode != 0:
@@ -61,8 +63,8 @@ def main() -> None:
     args, overrides = ap.parse_known_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="same_metrics_"))
     out.mkdir(parents=True, exist_ok=True)
-    a = run_at(args.rev_a, out, overrides)
-    b = run_at(args.rev_b, out, overrides)
+    a = run_at(args.rev_a, out, overrides, "a")
+    b = run_at(args.rev_b, out, overrides, "b")
     diffs = differences(a, b)
     print(f"{len(a)} vs {len(b)} keys; {len(diffs)} differ (timing keys aside); runs in {out}")
     for d in diffs:

@@ -72,7 +72,7 @@ class ReplayBuffer:
         need = start + len(new)
         if need > self.index.get_max_elements():
             self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
-        self.index.add_items(vecs, np.arange(start, need))
+        self.index.add_items(vecs, np.arange(start, need), num_threads=1)  # one thread: the same graph every run
         self.items.extend(new)
         self.sources.extend([source] * len(new))
         for i, t in enumerate(new, start):

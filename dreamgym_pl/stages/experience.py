@@ -26,13 +26,13 @@ def experience_format(run: Run) -> ExperienceFormat:
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
-def load_replay(run: Run):
-    """The run's replay buffer (replay/), or an empty one."""
+def load_replay(run: Run, fresh: bool = False):
+    """The run's replay buffer (replay/), or an empty one (always with `fresh`)."""
     from dreamgym_pl.replay.buffer import ReplayBuffer
     from dreamgym_pl.replay.embed import make_embedder
 
     emb = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim)
-    if (run.dir / "replay" / "CURRENT").exists():
+    if not fresh and (run.dir / "replay" / "CURRENT").exists():
         return ReplayBuffer.load(run.dir / "replay", emb)
     return ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
 
@@ -165,7 +165,7 @@ def run_stage(run: Run) -> None:
     annotate(trajs, run.env.explain)
     # held-out tasks are split off first: they are never trained on nor retrieved while the judge scores them
     trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)
-    buffer = load_replay(run)
+    buffer = load_replay(run, fresh=True)  # the stage (re)builds it: nothing of an earlier run in this folder stays
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
     if e.max_transitions:  # the scripted agents' data are bounded; the policy's episodes are all kept
         kept, n = [], 0

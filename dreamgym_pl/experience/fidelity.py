@@ -15,9 +15,9 @@ import random
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Trajectory, Transition
-from dreamgym_pl.experience.format import INVALID_STATE, STOP, ExperienceFormat, ParsedStep, build_prompt, parse_output
-from dreamgym_pl.experience.judge import set_f1, token_f1
-from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
+from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, ParsedStep
+from dreamgym_pl.experience.judge import predict_steps, score_steps
+from dreamgym_pl.rollout.sampling import GenerationEngine
 
 END_CAUSES = ("done", "invalid", "unparseable", "step_limit")
 
@@ -76,12 +76,11 @@ def by_task(trajs: Sequence[Trajectory], value) -> dict[str, list[float]]:
 
 def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], next_actions: Sequence[str | None],
                     reward_tol: float = 0.05) -> dict[str, float]:
-    """Step-level agreement of predictions with the real steps; `next_actions[i]` is the action the policy
-    took from refs[i].next_state (None after the last step)."""
-    n = max(1, len(refs))
+    """Step-level agreement of predictions with the real steps (the judge's scores, `judge.score_steps`, plus
+    terminal success and next-action recall); `next_actions[i]` is the action the policy took from
+    refs[i].next_state (None after the last step)."""
+    base = score_steps(parsed, refs, reward_tol)
     norm = lambda s: "".join(s.lower().split())  # noqa: E731
-    ra = sum(1 for p, t in zip(parsed, refs) if p.valid and abs(p.reward - t.reward) <= reward_tol)
-    da = sum(1 for p, t in zip(parsed, refs) if p.valid and p.done == t.done)
     pred_succ = [p.valid and p.done and p.reward >= 1.0 - 1e-6 for p in parsed]
     real_succ = [bool(t.done and t.info.get("success")) for t in refs]
     tp = sum(1 for a, b in zip(pred_succ, real_succ) if a and b)
@@ -95,17 +94,15 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     recall = sum(1 for p, a in with_next if p.valid and (not p.observation.admissible or
                                                         norm(a) in {norm(x) for x in p.observation.admissible}))
     return {
-        "open_loop/reward_agreement": ra / n,
-        "open_loop/done_agreement": da / n,
+        "open_loop/reward_agreement": base["experience/reward_agreement"],
+        "open_loop/done_agreement": base["experience/done_agreement"],
         "open_loop/terminal_precision": prec,
         "open_loop/terminal_recall": rec,
         "open_loop/terminal_f1": f1,
         "open_loop/action_recall": recall / max(1, len(with_next)),
-        "open_loop/admissible_f1": sum(set_f1(p.observation.admissible, t.next_state.admissible)
-                                       for p, t in zip(parsed, refs) if p.valid) / n,
-        "open_loop/state_f1": sum(token_f1(p.observation.text, t.next_state.text) for p, t in zip(parsed, refs)
-                                  if p.valid) / n,
-        "open_loop/unparseable": sum(1 for p in parsed if not p.valid) / n,
+        "open_loop/admissible_f1": base["experience/admissible_f1"],
+        "open_loop/state_f1": base["experience/state_f1"],
+        "open_loop/unparseable": base["experience/invalid_output_rate"],
         "open_loop/steps": float(len(refs)),
     }
 
@@ -114,20 +111,10 @@ def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt:
               max_new_tokens: int, max_steps: int | None = None) -> dict[str, float]:
     """Replay real trajectories through the experience model (greedy), with the real history and
     `demos(transition) -> retrieved demonstrations`."""
-    prompts, refs, nxt = [], [], []
-    for traj in trajs:
-        hist: list[tuple[str, str]] = []
-        for j, t in enumerate(traj.transitions):
-            prompts.append(build_prompt(t.task.instruction, hist, demos(t), t.state, t.action, fmt))
-            refs.append(t)
-            nxt.append(traj.transitions[j + 1].action if j + 1 < len(traj.transitions) else None)
-            hist.append((t.state.text, t.action))
-    if max_steps is not None:
-        prompts, refs, nxt = prompts[:max_steps], refs[:max_steps], nxt[:max_steps]
-    if not prompts:
-        return {}
-    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=list(STOP)))
-    return score_open_loop([parse_output(c.text) for c in comps], refs, nxt)
+    parsed, refs = predict_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps)
+    nxt = [traj.transitions[j + 1].action if j + 1 < len(traj.transitions) else None
+           for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
+    return score_open_loop(parsed, refs, nxt) if refs else {}
 
 
 def closed_loop_report(real: Sequence[Trajectory], synthetic: Sequence[Trajectory], max_steps: int, ret,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import STOP, ExperienceFormat, build_prompt, parse_output
@@ -45,24 +45,32 @@ def set_f1(pred: Sequence[str], ref: Sequence[str]) -> float:
     return 2 * tp / (len(p) + len(r))
 
 
+def predict_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos: Callable[[Transition], list],
+                  fmt: ExperienceFormat, max_new_tokens: int, max_steps: int | None = None) -> tuple[list, list]:
+    """(parsed greedy predictions, the real steps they predict) for the first `max_steps` steps of `trajs`,
+    each prompted with its real history and `demos(step)`."""
+    prompts, refs = [], []
+    for traj in trajs:
+        hist: list[tuple[str, str]] = []
+        for t in traj.transitions:
+            prompts.append(build_prompt(t.task.instruction, hist, demos(t), t.state, t.action, fmt))
+            refs.append(t)
+            hist.append((t.state.text, t.action))
+    if max_steps is not None:
+        prompts, refs = prompts[:max_steps], refs[:max_steps]
+    if not prompts:
+        return [], []
+    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=list(STOP)))
+    return [parse_output(c.text) for c in comps], refs
+
+
 def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: ReplayBuffer | None,
                 fmt: ExperienceFormat, max_steps: int = 200, reward_tol: float = 0.05,
                 max_new_tokens: int = 200) -> dict[str, float]:
     from dreamgym_pl.experience.module import demos_for
 
-    prompts, refs = [], []
-    for traj in trajs:
-        hist: list[tuple[str, str]] = []
-        for t in traj.transitions:
-            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt), t.state, t.action, fmt))
-            refs.append(t)
-            hist.append((t.state.text, t.action))
-    prompts, refs = prompts[:max_steps], refs[:max_steps]
-    if not prompts:
-        return {}
-    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens,
-                                                    stop=list(STOP)))
-    return score_steps([parse_output(c.text) for c in comps], refs, reward_tol)
+    parsed, refs = predict_steps(engine, trajs, lambda t: demos_for(buffer, t, fmt), fmt, max_new_tokens, max_steps)
+    return score_steps(parsed, refs, reward_tol) if refs else {}
 
 
 def score_steps(parsed: Sequence, refs: Sequence[Transition], reward_tol: float = 0.05) -> dict[str, float]:

@@ -79,15 +79,24 @@ def experience_model(run: Run) -> tuple[Any, Any]:
     return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
 
 
+def sampled_policy(run: Run) -> Any:
+    """The current policy as an actor in the real env, sampled as in RL (`algo.temperature`, `algo.top_p`)."""
+    from dreamgym_pl.rollout.actor import policy_actor
+    from dreamgym_pl.stages.policy import algorithm
+
+    policy, tok = run.load_policy()
+    a = algorithm(run).cfg
+    return policy_actor(run.engine_for("policy", policy, tok), run.prompt_cfg, run.env, a.temperature,
+                        a.max_new_tokens, a.top_p)
+
+
 def policy_offline_data(run: Run) -> list:
     """`experience.policy_episodes` sampled real episodes of the current (SFT) policy on the tasks the offline
     data cover, one more offline agent whose mistakes (wrong item, wrong option, loops) the scripted agents
     rarely make -> offline/policy_transitions.jsonl; their real transitions are counted
     (experience/policy_real_transitions)."""
     from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
-    from dreamgym_pl.rollout.actor import policy_actor
     from dreamgym_pl.rollout.collector import run_episodes
-    from dreamgym_pl.stages.policy import algorithm
 
     n = run.cfg.experience.policy_episodes
     path = run.dir / "offline" / "policy_transitions.jsonl"
@@ -100,10 +109,7 @@ def policy_offline_data(run: Run) -> list:
     tasks = [by_id[i] for i in seen if i in by_id]
     rng = random.Random(run.cfg.seed + 2)
     tasks = [tasks[rng.randrange(len(tasks))] for _ in range(n)]
-    policy, ptok = run.load_policy()
-    a = algorithm(run).cfg
-    actor = policy_actor(run.engine_for("policy", policy, ptok), run.prompt_cfg, run.env, a.temperature,
-                         a.max_new_tokens, a.top_p)
+    actor = sampled_policy(run)
     trajs = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy",
                          progress="policy episodes")
     for ep, t in enumerate(trajs):
@@ -133,18 +139,13 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     experience/onpolicy_*. The real transitions it takes are counted (experience/real_transitions)."""
     from dreamgym_pl.experience.fidelity import open_loop
     from dreamgym_pl.experience.module import demos_for
-    from dreamgym_pl.rollout.actor import policy_actor
     from dreamgym_pl.rollout.collector import run_episodes
-    from dreamgym_pl.stages.policy import algorithm
 
     n = run.cfg.experience.onpolicy_episodes
     if n <= 0 or not run.state.get("policy"):
         return {}
     tasks = unseen_train_tasks(run)
-    policy, ptok = run.load_policy()
-    a = algorithm(run).cfg
-    actor = policy_actor(run.engine_for("policy", policy, ptok), run.prompt_cfg, run.env, a.temperature,
-                         a.max_new_tokens, a.top_p)
+    actor = sampled_policy(run)
     tasks = random.Random(run.cfg.seed).sample(tasks, min(n, len(tasks)))
     real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -80,3 +82,92 @@ def test_run_script_fails_before_work(tmp_path):
     assert p.returncode == 2
     assert "rl.real_budget" in p.stderr
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+# ----- every key of every config file has a rule, and a bad value for each is an error naming the key ----------
+def _compositions():
+    """(overrides, composed config) for the root config and every option of every config group."""
+    from tests.conftest import ROOT
+
+    out = [((), compose([]))]
+    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
+        for f in sorted(group.glob("*.yaml")):
+            ov = (f"{group.name}={f.stem}",)
+            out.append((ov, compose(list(ov))))
+    return out
+
+
+COMPOSITIONS = _compositions()
+
+
+def test_every_config_key_has_a_rule():
+    from dreamgym_pl.config_keys import RULES, leaf_keys, rule_for
+
+    seen, missing = set(), []
+    for ov, cfg in COMPOSITIONS:
+        for key in leaf_keys(cfg):
+            seen.add(key)
+            if rule_for(key) is None:
+                missing.append(f"{key} ({' '.join(ov) or 'config.yaml'})")
+    assert not missing, f"config keys without a rule in dreamgym_pl/config_keys.py: {missing}"
+    assert len(seen) > 150
+    # no stale rules: every rule names a key some file defines (trainer.strategy: a mapping in some files)
+    stale = [k for k in RULES if "*" not in k and k not in seen and k != "trainer.strategy"]
+    assert not stale, stale
+
+
+def _bad_value_cases():
+    from dreamgym_pl.config_keys import RULES, check_keys, leaf_keys
+
+    cases, done = [], set()
+    for ov, cfg in COMPOSITIONS:
+        try:  # a composition whose own values pass (model=hf leaves name_or_path to the user)
+            check_keys(cfg, ConfigError)
+        except ConfigError:
+            continue
+        keys = leaf_keys(cfg)
+        keys += [k for k in RULES if k not in keys and "*" not in k and OmegaConf.select(cfg, k) is not None]
+        for key in keys:
+            if key not in done:
+                done.add(key)
+                cases.append((ov, key))
+    return cases
+
+
+@pytest.mark.parametrize("ov,key", _bad_value_cases())
+def test_a_bad_value_of_every_key_names_it(ov, key, tmp_path):
+    from dreamgym_pl.config_keys import rule_for
+
+    rule = rule_for(key)
+    cfg = copy.deepcopy(dict(COMPOSITIONS)[ov])
+    OmegaConf.update(cfg, key, rule.bad, merge=False, force_add=True)
+    assert not rule.ok(rule.bad)
+    with pytest.raises(ConfigError, match=f"^{key.replace('.', '[.]')}: ") as e:
+        validate(cfg, tmp_path)
+    if key not in ("stages", "env.name", "algo.name"):  # those three name the known values in their own words
+        assert "must be" in str(e.value) and rule.allowed in str(e.value)
+
+
+@pytest.mark.parametrize("key,value,ok", [
+    ("experience.val_fraction", 0.0, True), ("experience.val_fraction", 1.0, False), ("experience.val_fraction", -0.1, False),
+    ("checkpoint_every", 1, True), ("checkpoint_every", 0, False), ("checkpoint_every", 2.5, False),
+    ("algo.clip_low", 0.2, True), ("algo.clip_low", 1.0, False), ("algo.clip_low", 0.0, False),
+    ("algo.clip_high", 0.28, True), ("algo.clip_high", 0.0, False),
+    ("algo.dual_clip", None, True), ("algo.dual_clip", 1.0, False), ("algo.dual_clip", 3.0, True),
+    ("algo.temperature", 0.0, False), ("algo.temperature", 0.7, True), ("experience.temperature", 0.0, True),
+    ("curriculum.temperature", -1.0, False), ("algo.top_p", 1.0, True), ("algo.top_p", 0.0, False),
+    ("algo.agg", "seq-mean", True), ("algo.kl_kind", "k2", False), ("resume", "yes", False), ("seed", 1.5, False),
+    ("collect.noisy_eps", True, False), ("env.num_test", None, True),
+])
+def test_rules_by_hand(key, value, ok):
+    """Hand-picked edges of a few rules (bools are not numbers; open and closed interval ends)."""
+    from dreamgym_pl.config_keys import rule_for
+
+    assert rule_for(key).ok(value) is ok
+
+
+def test_error_names_allowed_values(tmp_path):
+    with pytest.raises(ConfigError, match=r"^algo\.agg: must be one of \['token-mean', 'seq-mean'\], got 'sum'$"):
+        validate(compose(["algo.agg=sum"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"^experience\.val_fraction: must be a number in \[0, 1\), got 1\.5$"):
+        validate(compose(["experience.val_fraction=1.5"]), tmp_path)

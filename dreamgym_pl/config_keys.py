@@ -1,0 +1,356 @@
+"""One rule per config key: the table that `config.validate` checks before any work starts.
+
+Every leaf key of `conf/config.yaml` and of the config groups (`conf/*/*.yaml`) has a rule here, keyed by its
+dotted name (`*` matches one level: `collect.agents.*`); tests/test_config.py walks every file and fails on a
+key without one. A rule says which values it allows (the words of the error) and carries a value it rejects
+(the test sets it and expects an error naming the key). A key a group does not define (e.g. `env.nb_rooms`
+outside TextWorld) is skipped. Checks across keys (a stage needing another's output, DeepSpeed on a GPU)
+stay in `config.validate`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+
+@dataclass(frozen=True)
+class Rule:
+    ok: Callable[[Any], bool]
+    allowed: str          # what the error says the key allows
+    bad: Any              # a value the rule rejects (used by the test)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def integer(lo: int | None = None) -> Rule:
+    if lo is None:
+        return Rule(_int, "an integer", 1.5)
+    return Rule(lambda v: _int(v) and v >= lo, f"an integer >= {lo}", lo - 1)
+
+
+def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> Rule:
+    def ok(v: Any) -> bool:
+        if not _num(v):
+            return False
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            return False
+        return not (hi is not None and (v >= hi if hi_open else v > hi))
+
+    if hi is None:
+        words, bad = f"a number {'>' if lo_open else '>='} {lo}", (lo if lo_open else lo - 1)
+    else:
+        words = f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        bad = hi if hi_open else hi + 1
+    return Rule(ok, words, bad)
+
+
+def one_of(*values: Any) -> Rule:
+    return Rule(lambda v: v in values, f"one of {list(values)}", "no-such-value")
+
+
+def nullable(rule: Rule) -> Rule:
+    return Rule(lambda v: v is None or rule.ok(v), f"null or {rule.allowed}", rule.bad)
+
+
+def _existing_file(v: Any) -> bool:
+    return isinstance(v, str) and Path(v).is_file()
+
+
+BOOL = Rule(lambda v: isinstance(v, bool), "true or false", "maybe")
+TEXT = Rule(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string", "")
+FILE = Rule(lambda v: v is None or _existing_file(v), "null or an existing file", "/no/such/file.json")
+POS_INT, NONNEG_INT = integer(1), integer(0)
+POS, NONNEG = number(0, lo_open=True), number(0)
+PROB = number(0, 1)
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) and x for x in v)
+
+
+def _stages(v: Any) -> bool:
+    from dreamgym_pl.stages import STAGES
+
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(s in STAGES for s in v)
+
+
+def _stage_words() -> str:
+    from dreamgym_pl.stages import STAGES
+
+    return f"a non-empty list of stages from {list(STAGES)}"
+
+
+def _env_name(v: Any) -> bool:
+    from dreamgym_pl.envs.base import known_envs
+
+    return v in known_envs()
+
+
+def _algo_name(v: Any) -> bool:
+    from dreamgym_pl.policy.algos import RL_ALGORITHMS
+
+    return v in RL_ALGORITHMS
+
+
+def _devices(v: Any) -> bool:
+    return (_int(v) and (v > 0 or v == -1)) or v == "auto" or (isinstance(v, (list, tuple)) and all(_int(x) for x in v))
+
+
+def _strategy(v: Any) -> bool:
+    return (isinstance(v, str) and v != "") or (isinstance(v, dict) and isinstance(v.get("_target_"), str))
+
+
+class Lazy(Rule):
+    """A rule whose allowed words are computed when an error is raised (registries load lazily)."""
+
+    def __init__(self, ok: Callable[[Any], bool], words: Callable[[], str], bad: Any):
+        object.__setattr__(self, "ok", ok)
+        object.__setattr__(self, "_words", words)
+        object.__setattr__(self, "bad", bad)
+
+    @property
+    def allowed(self) -> str:  # type: ignore[override]
+        return self._words()
+
+
+SCRIPTED = ("oracle", "noisy_oracle", "random")
+DTYPES = ("float32", "bfloat16", "float16")
+PRECISIONS = ("32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "bf16-true", "16-true", "64-true", "64", 64)
+
+RULES: dict[str, Rule] = {
+    # ----- root --------------------------------------------------------------------------------
+    "stages": Lazy(_stages, _stage_words, ["collect", "teleport"]),
+    "seed": integer(),
+    "resume": BOOL,
+    "checkpoint_every": POS_INT,
+    "offline_file": FILE,
+    # ----- collect / sft / dpo -----------------------------------------------------------------
+    "collect.agents.*": NONNEG_INT,
+    "collect.noisy_eps": PROB,
+    "collect.batch_size": POS_INT,
+    "sft.source": one_of(*SCRIPTED, "all"),
+    "sft.num_trajectories": NONNEG_INT,
+    "sft.max_steps": integer(),
+    "sft.epochs": POS_INT,
+    "sft.warmup_steps": NONNEG_INT,
+    "sft.lr": POS,
+    "sft.batch_size": POS_INT,
+    "sft.grad_clip": nullable(POS),
+    "dpo.beta": POS,
+    "dpo.epochs": POS_INT,
+    "dpo.lr": POS,
+    "dpo.batch_size": POS_INT,
+    "dpo.max_pairs": POS_INT,
+    # ----- RL stages ---------------------------------------------------------------------------
+    "rl.real_budget": NONNEG_INT,
+    "rl.tasks_per_iter": POS_INT,
+    "rl.max_iters": POS_INT,
+    "synthetic_rl.synthetic_budget": NONNEG_INT,
+    "synthetic_rl.tasks_per_iter": POS_INT,
+    "synthetic_rl.max_iters": POS_INT,
+    "s2r.real_budget": NONNEG_INT,
+    "s2r.tasks_per_iter": POS_INT,
+    "s2r.max_iters": POS_INT,
+    # ----- experience model --------------------------------------------------------------------
+    "experience.reasoning": BOOL,
+    "experience.history": NONNEG_INT,
+    "experience.demo_words": POS_INT,
+    "experience.state_words": POS_INT,
+    "experience.max_transitions": NONNEG_INT,
+    "experience.max_steps": integer(),
+    "experience.epochs": POS_INT,
+    "experience.warmup_steps": NONNEG_INT,
+    "experience.lr": POS,
+    "experience.batch_size": POS_INT,
+    "experience.grad_clip": nullable(POS),
+    "experience.val_every": POS_INT,
+    "experience.max_prompt_tokens": POS_INT,
+    "experience.max_target_tokens": POS_INT,
+    "experience.val_fraction": number(0, 1, hi_open=True),
+    "experience.judge_steps": NONNEG_INT,
+    "experience.policy_episodes": NONNEG_INT,
+    "experience.onpolicy_episodes": NONNEG_INT,
+    "experience.temperature": NONNEG,
+    "experience.invalid_action": one_of("end", "stay", "model"),
+    "experience.max_new_tokens": POS_INT,
+    # ----- replay / curriculum -----------------------------------------------------------------
+    "replay.embedder": one_of("hashing", "minilm"),
+    "replay.dim": POS_INT,
+    "replay.k": NONNEG_INT,
+    "replay.exclude": one_of("task", "episode", "none"),
+    "replay.overfetch": NONNEG_INT,
+    "replay.capacity": POS_INT,
+    "replay.max_size": nullable(POS_INT),
+    "curriculum.lambda_": PROB,
+    "curriculum.min_variance": number(0, 0.25, lo_open=True),
+    "curriculum.num_seeds": POS_INT,
+    "curriculum.train_examples": NONNEG_INT,
+    "curriculum.num_clusters": POS_INT,
+    "curriculum.max_words": POS_INT,
+    "curriculum.temperature": NONNEG,
+    # ----- eval / rollout / prompt -------------------------------------------------------------
+    "eval.agent": one_of("policy", *SCRIPTED),
+    "eval.split": one_of("train", "test"),
+    "eval.num_goals": POS_INT,
+    "eval.batch_size": POS_INT,
+    "eval.curve_every": NONNEG_INT,
+    "eval.curve_goals": NONNEG_INT,
+    "rollout.batch_size": POS_INT,
+    "rollout.samples_every": NONNEG_INT,
+    "prompt.history": NONNEG_INT,
+    "prompt.history_obs_words": NONNEG_INT,
+    "prompt.show_admissible": BOOL,
+    "prompt.max_obs_words": POS_INT,
+    "prompt.think": BOOL,
+    "prompt.max_tokens": POS_INT,
+    # ----- algo (conf/algo) --------------------------------------------------------------------
+    "algo.name": Lazy(_algo_name, lambda: "a registered RL algorithm (dreamgym_pl/policy/algos)", "a2c"),
+    "algo.group_size": POS_INT,
+    "algo.clip_low": number(0, 1, lo_open=True, hi_open=True),
+    "algo.clip_high": POS,
+    "algo.dual_clip": nullable(number(1, lo_open=True)),
+    "algo.kl_coef": NONNEG,
+    "algo.kl_kind": one_of("k1", "k3"),
+    "algo.entropy_coef": NONNEG,
+    "algo.agg": one_of("token-mean", "seq-mean"),
+    "algo.ppo_epochs": POS_INT,
+    "algo.mini_batch_size": POS_INT,
+    "algo.temperature": POS,
+    "algo.top_p": number(0, 1, lo_open=True),
+    "algo.max_new_tokens": POS_INT,
+    "algo.reward": one_of("success", "score"),
+    "algo.invalid_penalty": NONNEG,
+    "algo.lr": POS,
+    "algo.warmup_steps": NONNEG_INT,
+    "algo.grad_clip": nullable(POS),
+    "algo.adv_eps": POS,
+    "algo.normalize_std": BOOL,
+    "algo.gamma": PROB,
+    "algo.gae_lambda": PROB,
+    "algo.vf_coef": NONNEG,
+    "algo.vf_clip": nullable(POS),
+    "algo.critic_lr": POS,
+    # ----- env (conf/env; each env defines its own subset) -------------------------------------
+    "env.name": Lazy(_env_name, lambda: f"one of {__import__('dreamgym_pl.envs.base', fromlist=['x']).known_envs()}",
+                     "nope"),
+    "env.max_steps": POS_INT,
+    "env.show_instruction": BOOL,
+    "env.num_products": POS_INT,
+    "env.seed": integer(),
+    "env.goals_per_product": POS_INT,
+    "env.num_test": nullable(POS_INT),
+    "env.num_train": nullable(POS_INT),
+    "env.results_per_page": POS_INT,
+    "env.max_results": POS_INT,
+    "env.products_file": FILE,
+    "env.attributes_file": FILE,
+    "env.product_ids": one_of("asin", "index"),
+    "env.show_attributes": BOOL,
+    "env.train_split": one_of("train", "valid_seen", "valid_unseen"),
+    "env.test_split": one_of("train", "valid_seen", "valid_unseen"),
+    "env.data_dir": nullable(TEXT),
+    "env.tasks": Rule(lambda v: v is None or _str_list(v), "null or a list of task names", "click-button"),
+    "env.train_seeds": POS_INT,
+    "env.test_seeds": POS_INT,
+    "env.timeout_ms": POS_INT,
+    "env.workers": POS_INT,
+    "env.slots_per_worker": POS_INT,
+    "env.split_file": FILE,
+    "env.nb_rooms": POS_INT,
+    "env.nb_objects": POS_INT,
+    "env.quest_length": POS_INT,
+    "env.theme": TEXT,
+    "env.intermediate_reward": BOOL,
+    "env.cache_dir": nullable(TEXT),
+    "env.progress": BOOL,
+    # ----- model (conf/model) ------------------------------------------------------------------
+    "model.name_or_path": TEXT,
+    "model.hidden_size": POS_INT,
+    "model.num_layers": POS_INT,
+    "model.num_heads": POS_INT,
+    "model.intermediate_size": POS_INT,
+    "model.max_positions": POS_INT,
+    "model.vocab_size": POS_INT,
+    "model.dtype": one_of(*DTYPES),
+    "model.trust_remote_code": BOOL,
+    "model.merge_lora": BOOL,
+    "model.lora.enabled": BOOL,
+    "model.lora.r": POS_INT,
+    "model.lora.alpha": POS,
+    "model.lora.dropout": number(0, 1, hi_open=True),
+    "model.lora.target_modules": Rule(lambda v: _str_list(v) and len(v) > 0, "a non-empty list of module names", []),
+    # ----- trainer (conf/trainer) --------------------------------------------------------------
+    "trainer.accelerator": one_of("cpu", "gpu", "cuda", "auto", "mps", "tpu"),
+    "trainer.devices": Rule(_devices, "an integer > 0 (or -1), 'auto' or a list of device ids", 0),
+    "trainer.num_nodes": POS_INT,
+    "trainer.strategy": Rule(_strategy, "a strategy name (auto, ddp, ...) or a mapping with _target_", ""),
+    "trainer.strategy._target_": TEXT,
+    "trainer.strategy.stage": one_of(1, 2, 3),
+    "trainer.strategy.offload_optimizer": BOOL,
+    "trainer.strategy.offload_parameters": BOOL,
+    "trainer.precision": one_of(*PRECISIONS),
+    "trainer.enable_progress_bar": BOOL,
+    # ----- engine (conf/engine) ----------------------------------------------------------------
+    "engine.name": one_of("hf", "vllm"),
+    "engine.micro_batch": POS_INT,
+    "engine.gpu_memory_utilization": number(0, 1, lo_open=True),
+    "engine.enforce_eager": BOOL,
+    "engine.max_model_len": POS_INT,
+    "engine.dtype": one_of("auto", *DTYPES),
+    "engine.sleep_mode": BOOL,
+    "engine.lora": one_of("auto", True, False),
+    "engine.max_lora_rank": POS_INT,
+    "engine.seed": integer(),
+}
+
+
+def rule_for(key: str) -> Rule | None:
+    if key in RULES:
+        return RULES[key]
+    for pat, rule in RULES.items():
+        if "*" in pat and fnmatch.fnmatchcase(key, pat) and key.count(".") == pat.count("."):
+            return rule
+    return None
+
+
+def leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Dotted names of every leaf of `cfg` (a non-empty mapping is walked into; lists are leaves)."""
+    out = []
+    for k in cfg.keys():
+        node = cfg._get_node(k)
+        key = f"{prefix}{k}"
+        if isinstance(node, DictConfig) and len(node) > 0 and key != "hydra":
+            out += leaf_keys(node, key + ".")
+        elif key != "hydra":
+            out.append(key)
+    return out
+
+
+def _value(cfg: DictConfig, key: str) -> Any:
+    v = OmegaConf.select(cfg, key, throw_on_missing=False)
+    return OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+
+
+def check_keys(cfg: DictConfig, error: type[Exception]) -> None:
+    """Every key of `cfg` that has a rule holds an allowed value, else `error("<key>: must be ..., got ...")`.
+    Mapping keys with a rule (trainer.strategy) are checked as a whole and walked into."""
+    keys = leaf_keys(cfg)
+    parents = {k.rsplit(".", 1)[0] for k in keys if "." in k}
+    for key in keys + sorted(p for p in parents if p in RULES):
+        rule = rule_for(key)
+        if rule is None:
+            continue
+        v = _value(cfg, key)
+        if not rule.ok(v):
+            raise error(f"{key}: must be {rule.allowed}, got {v!r}")

@@ -71,6 +71,20 @@ def test_open_loop_scores_hand_computed():
     assert r["open_loop/action_recall"] == 1.0 and r["open_loop/state_f1"] == 1.0
 
 
+def test_action_recall_valid_ignores_actions_the_real_env_refused():
+    refs = [tr("a", "s", "click[a]", "p", 0.0, False), tr("a", "p", "click[x]", "p", 0.0, False),
+            tr("a", "p", "click[c]", "q", 0.0, False)]
+    parsed = [ParsedStep(Observation("p", ["click[c]"]), 0.0, False),   # next action x: refused by the real env too
+              ParsedStep(Observation("p", ["click[d]"]), 0.0, False),   # next action c: accepted, not listed
+              ParsedStep(Observation("q", ["click[e]"]), 0.0, False)]
+    r = score_open_loop(parsed, refs, ["click[x]", "click[c]", None], next_valid=[False, True, False])
+    assert r["open_loop/action_recall"] == 0.0  # both next actions missing from the predicted lists
+    assert r["open_loop/action_recall_valid"] == 0.0  # the one accepted action (c) was missed
+    parsed[1] = ParsedStep(Observation("p", ["click[c]"]), 0.0, False)
+    r = score_open_loop(parsed, refs, ["click[x]", "click[c]", None], next_valid=[False, True, False])
+    assert r["open_loop/action_recall"] == 0.5 and r["open_loop/action_recall_valid"] == 1.0
+
+
 def test_synthetic_env_stay_rule_keeps_the_state():
     from dreamgym_pl.experience.synthetic_env import SyntheticEnv
     from dreamgym_pl.rollout.sampling import SamplingParams

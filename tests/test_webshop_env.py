@@ -180,3 +180,38 @@ def test_numbered_results_mode(shop):
     idx_env = make_vec_env("webshop", product_ids="index", num_products=200, num_test=100)
     oracle = episode_stats(run_episodes(idx_env, idx_env.tasks("test"), make_agent("oracle", env=idx_env)))
     assert oracle["success_rate"] >= 0.95
+
+
+def test_purchase_checklist_hand_computed():
+    from dreamgym_pl.envs.webshop.reasoning import purchase_checklist
+    from dreamgym_pl.envs.webshop.reward import purchase_reward
+
+    product = {"asin": "b01", "Title": "acme classic coffee table", "name": "acme classic coffee table",
+               "BulletPoints": [], "Description": "", "Price": 280.57, "Attributes": ["non slip", "solid wood"],
+               "options": {"size": ["large", "small"]}, "query": "coffee table", "product_category": "a › b › c"}
+    goal = {"query": "coffee table", "name": "vexo plus coffee table", "attributes": ["non slip", "mid century"],
+            "goal_options": {"color": "white", "size": "small"}, "price_upper": 290.0,
+            "product_category": "a › b › c"}
+    info = purchase_reward(product, ["small"], goal)
+    # met: non slip, size small, price = 3 of 5 (2 attributes + 2 options + price); type matches
+    assert info["reward"] == pytest.approx(0.6)
+    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"])
+    assert text == ("buying ends the episode . type coffee table yes . non slip yes . mid century no . "
+                    "color white no color option . size small yes . price under 290.00 yes . "
+                    "so 3 of 5 are met and the reward is 0.60")
+    text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4)
+    assert "size small not chosen" in text and "so 2 of 5 are met and the reward is 0.40" in text
+
+
+def test_show_attributes_lists_them_on_the_item_page(shop):
+    task = shop.tasks("train")[0]
+    shown, hidden = WebShopEnv(shop, show_attributes=True), WebShopEnv(shop)
+    for env in (shown, hidden):
+        env.reset(task)
+        env.step(f"search[{goal_query(task)}]")
+    asin = shown._clickables()[-1]
+    pages = [env.step(f"click[{asin}]").observation.text for env in (shown, hidden)]
+    attrs = "attributes: " + ", ".join(shop.products[shop.by_asin[asin]]["Attributes"])
+    assert attrs in pages[0] and "attributes:" not in pages[1]
+    r = shown.step("click[buy now]")
+    assert r.done and r.info["selected"] == {}

@@ -75,10 +75,12 @@ def by_task(trajs: Sequence[Trajectory], value) -> dict[str, list[float]]:
 
 
 def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], next_actions: Sequence[str | None],
-                    reward_tol: float = 0.05) -> dict[str, float]:
+                    reward_tol: float = 0.05, next_valid: Sequence[bool] | None = None) -> dict[str, float]:
     """Step-level agreement of predictions with the real steps (the judge's scores, `judge.score_steps`, plus
     terminal success and next-action recall); `next_actions[i]` is the action the policy took from
-    refs[i].next_state (None after the last step)."""
+    refs[i].next_state (None after the last step) and `next_valid[i]` whether the real env accepted it:
+    `action_recall` counts every next action, `action_recall_valid` only those the real env accepted (an
+    action the real page does not offer either is not the model's miss)."""
     base = score_steps(parsed, refs, reward_tol)
     norm = lambda s: "".join(s.lower().split())  # noqa: E731
     pred_succ = [p.valid and p.done and p.reward >= 1.0 - 1e-6 for p in parsed]
@@ -91,8 +93,11 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     else:
         f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else 0.0
     with_next = [(p, a) for p, a in zip(parsed, next_actions) if a is not None]
-    recall = sum(1 for p, a in with_next if p.valid and (not p.observation.admissible or
-                                                        norm(a) in {norm(x) for x in p.observation.admissible}))
+    listed = lambda p, a: p.valid and (not p.observation.admissible or  # noqa: E731
+                                       norm(a) in {norm(x) for x in p.observation.admissible})
+    recall = sum(1 for p, a in with_next if listed(p, a))
+    valid = list(next_valid) if next_valid is not None else [True] * len(next_actions)
+    with_valid = [(p, a) for p, a, v in zip(parsed, next_actions, valid) if a is not None and v]
     return {
         "open_loop/reward_agreement": base["experience/reward_agreement"],
         "open_loop/done_agreement": base["experience/done_agreement"],
@@ -100,6 +105,7 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
         "open_loop/terminal_recall": rec,
         "open_loop/terminal_f1": f1,
         "open_loop/action_recall": recall / max(1, len(with_next)),
+        "open_loop/action_recall_valid": sum(1 for p, a in with_valid if listed(p, a)) / max(1, len(with_valid)),
         "open_loop/admissible_f1": base["experience/admissible_f1"],
         "open_loop/state_f1": base["experience/state_f1"],
         "open_loop/unparseable": base["experience/invalid_output_rate"],
@@ -112,9 +118,11 @@ def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt:
     """Replay real trajectories through the experience model (greedy), with the real history and
     `demos(transition) -> retrieved demonstrations`."""
     parsed, refs = predict_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps)
-    nxt = [traj.transitions[j + 1].action if j + 1 < len(traj.transitions) else None
-           for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
-    return score_open_loop(parsed, refs, nxt) if refs else {}
+    following = [traj.transitions[j + 1] if j + 1 < len(traj.transitions) else None
+                 for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
+    nxt = [f.action if f is not None else None for f in following]
+    ok = [f is not None and not f.info.get("invalid") for f in following]
+    return score_open_loop(parsed, refs, nxt, next_valid=ok) if refs else {}
 
 
 def closed_loop_report(real: Sequence[Trajectory], synthetic: Sequence[Trajectory], max_steps: int, ret,

@@ -1,6 +1,7 @@
 """The built-in WebShop environment in WebShop's text mode.
 
-Pages: search -> results (paged) -> item (options, description, features, reviews) -> buy.
+Pages: search -> results (paged) -> item (options, description, features, reviews; with `show_attributes` also
+the product's attributes) -> buy.
 Observations join page elements with ` [SEP] ` and list the admissible actions; actions are
 `search[query]` and `click[element]`. An invalid action leaves the page unchanged, says so in the
 observation and is counted in `info`. The episode ends on `click[buy now]` (reward = WebShop's purchase
@@ -85,10 +86,11 @@ class WebShopEnv:
     """One episode at a time over a shared WebShopEngine."""
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin"):
+                 product_ids: str = "asin", show_attributes: bool = False):
         if product_ids not in ("asin", "index"):
             raise ValueError(f"env.product_ids: must be asin or index, got {product_ids!r}")
         self.product_ids = product_ids
+        self.show_attributes = show_attributes
         self.engine = engine
         self.max_steps = max_steps
         self.show_instruction = show_instruction
@@ -155,7 +157,10 @@ class WebShopEnv:
                     sel = s.selected.get(otype)
                     parts.append(f"{otype}:" if sel is None else f"{otype} ({sel}):")
                     parts += vals
-                parts += [p["Title"], f"price: {fmt_price(p['Price'])}", *SUBPAGES, BUY]
+                parts += [p["Title"], f"price: {fmt_price(p['Price'])}"]
+                if self.show_attributes:  # what WebShop's reward checks, on the page where the purchase is made
+                    parts.append("attributes: " + ", ".join(p["Attributes"]))
+                parts += [*SUBPAGES, BUY]
             else:
                 p = e.products[s.item]
                 parts += [BACK, PREV]
@@ -208,7 +213,7 @@ class WebShopEnv:
                 s.page, s.sub = "sub", target
             elif target == BUY:
                 r = purchase_reward(p, list(s.selected.values()), self.task.goal if self.task else {})
-                return {"purchase": r, "asin": p["asin"]}
+                return {"purchase": r, "asin": p["asin"], "selected": dict(s.selected)}
             else:
                 for otype, vals in p["options"].items():
                     if target in vals:
@@ -235,6 +240,7 @@ class WebShopEnv:
                 done = True
                 info.update(out["purchase"])
                 info["asin"] = out["asin"]
+                info["selected"] = out["selected"]
                 info["success"] = reward >= 1.0 - 1e-9
                 obs = Observation(text="thank you for shopping with us! [SEP] your score: " + f"{reward:.2f}", admissible=[])
             else:

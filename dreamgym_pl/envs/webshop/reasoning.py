@@ -1,14 +1,46 @@
 """WebShop's ground-truth reasoning traces (the teacher traces R*_t of the paper's Eq. 5): what the action
-did, and for a purchase which goal attributes / options / price the product met and the resulting reward."""
+did, and for a purchase a checklist of the goal's requirements against the bought product and the reward.
+
+The purchase checklist names each requirement with the words that decide it, so that the experience model
+can copy them from its prompt (the task line and the item page) instead of counting matches in one step:
+`type coffee table yes . non slip no . color white not chosen . size small yes . price under 320.00 yes .
+so 3 of 5 are met and the reward is 0.60`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dreamgym_pl.core import Transition
 from dreamgym_pl.envs.webshop.env import parse_action
+from dreamgym_pl.envs.webshop.reward import attribute_matches, option_matches
 
 
-def webshop_reasoning(t: Transition) -> str:
-    """The reasoning trace of a real WebShop transition (`WebShopVecEnv.explain`)."""
+def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: dict[str, str], info: dict[str, Any],
+                       reward: float) -> str:
+    """Each goal requirement with its outcome (by the reward's own match rules), then the count and reward."""
+    yes = lambda ok: "yes" if ok else "no"  # noqa: E731
+    parts = [f"type {goal.get('query') or goal.get('name', '')} {yes(info.get('r_type', 0) >= 1)}"]
+    parts += [f"{a} {yes(attribute_matches(product, [a]) > 0)}" for a in goal.get("attributes", [])]
+    opts = goal.get("goal_options", {})
+    named = opts.items() if isinstance(opts, dict) else [("", v) for v in opts]  # WebShop's files: a plain list
+    chosen = list(selected.values())
+    for otype, val in named:
+        if otype and otype not in product.get("options", {}):
+            outcome = f"no {otype} option"
+        elif otype and otype not in selected:
+            outcome = "not chosen"
+        else:
+            outcome = yes(option_matches(chosen, [val]) > 0)
+        parts.append(f"{otype} {val} {outcome}".strip())
+    parts.append(f"price under {float(goal.get('price_upper', 0.0)):.2f} {yes(info.get('r_price', 0) >= 1)}")
+    met = int(info.get("n_attr_match", 0) + info.get("n_option_match", 0) + info.get("r_price", 0))
+    total = int(info.get("n_attrs", 0) + info.get("n_options", 0) + 1)
+    return f"buying ends the episode . {' . '.join(parts)} . so {met} of {total} are met and the reward is {reward:.2f}"
+
+
+def webshop_reasoning(t: Transition, product: dict[str, Any] | None = None) -> str:
+    """The reasoning trace of a real WebShop transition (`WebShopVecEnv.explain`); `product` is the bought
+    product for a purchase (without it, or without the goal, a purchase is summarised by its match counts)."""
     info = t.info
     if info.get("invalid"):
         return "the action is not available on this page so the page stays and nothing is bought"
@@ -18,6 +50,8 @@ def webshop_reasoning(t: Transition) -> str:
     kind, arg = parsed
     if kind == "search":
         return f"searching for {arg} lists the best matching products ranked by relevance"
+    if arg == "buy now" and product is not None and t.task.goal and "r_type" in info:
+        return purchase_checklist(t.task.goal, product, info.get("selected") or {}, info, t.reward)
     if arg == "buy now":
         n_a, a = int(info.get("n_attr_match", 0)), int(info.get("n_attrs", 0))
         n_o, o = int(info.get("n_option_match", 0)), int(info.get("n_options", 0))

@@ -27,10 +27,10 @@ class WebShopVecEnv(SerialVecEnv):
     atomic_words = ("[SEP]",)
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin"):
-        WebShopEnv(engine, max_steps, show_instruction, product_ids)  # validates the arguments now
+                 product_ids: str = "asin", show_attributes: bool = False):
+        WebShopEnv(engine, max_steps, show_instruction, product_ids, show_attributes)  # validates the arguments now
         self.engine = engine
-        self._env_args = (max_steps, show_instruction, product_ids)
+        self._env_args = (max_steps, show_instruction, product_ids, show_attributes)
         super().__init__(self._new_env, engine.tasks, max_steps)
 
     def _new_env(self) -> WebShopEnv:
@@ -43,7 +43,9 @@ class WebShopVecEnv(SerialVecEnv):
         return make_webshop_agent(name, seed, eps, catalogue)
 
     def explain(self, t: Transition) -> str:
-        return webshop_reasoning(t)
+        """What the action did; for a purchase, each goal requirement checked against the bought product."""
+        i = self.engine.by_asin.get(t.info.get("asin", ""))
+        return webshop_reasoning(t, self.engine.products[i] if i is not None else None)
 
     def corpus(self) -> list[str]:
         """The product texts (titles, attributes, options, bullet points), then the page controls."""
@@ -72,5 +74,5 @@ class WebShopVecEnv(SerialVecEnv):
 
 @register("webshop")
 def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
-                 **engine_kwargs: Any) -> WebShopVecEnv:
-    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids)
+                 show_attributes: bool = False, **engine_kwargs: Any) -> WebShopVecEnv:
+    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes)

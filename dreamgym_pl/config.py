@@ -54,8 +54,13 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     if "deepspeed" in target.lower():
         _require(_get(cfg, "trainer.accelerator") in ("gpu", "cuda", "auto"), "trainer.accelerator",
                  "DeepSpeed runs on CUDA GPUs only (Lightning refuses it on CPU); use trainer=cpu here")
+        zero = strategy.get("stage", 2) if isinstance(strategy, DictConfig) else (3 if "stage_3" in target else 2)
+        _require(zero != 3, "trainer.strategy.stage",
+                 "ZeRO-3 is not supported: it partitions the parameters, and in-process generation, saving checkpoints "
+                 "and the vLLM weight sync read whole parameters; use stage 2 (offload_optimizer: true saves memory)")
     if "synthetic_rl" in stages and "experience" not in stages:
-        _require(run_dir is not None and (Path(run_dir) / "checkpoints" / "experience" / "config.json").exists(),
+        exp = Path(run_dir) / "checkpoints" / "experience" if run_dir is not None else None
+        _require(exp is not None and ((exp / "config.json").exists() or (exp / "adapter_config.json").exists()),
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
     algo_name = _get(cfg, "algo.name")
     _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")

@@ -5,6 +5,11 @@ environment's text and builds a Llama of a few million parameters from a `LlamaC
 with `save_pretrained` and reloaded with `from_pretrained`. Any other `name_or_path` is loaded with
 `from_pretrained` (safetensors only; `trust_remote_code` only when the config turns it on), optionally
 wrapped with a LoRA adapter through peft.
+
+LoRA checkpoints (`model.merge_lora`): false keeps the adapter (a folder with `adapter_config.json`, naming its
+base by absolute path) and `load_pretrained` reloads it as a trainable `PeftModel`, so the next stage trains
+the same adapter on; true saves the adapter merged into full weights, and the next stage wraps them with a
+fresh adapter. Models that generate are placed on `generation_device(...)`, the trainer's device.
 """
 
 from __future__ import annotations
@@ -53,25 +58,83 @@ def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def save_model(model: Any, tokenizer: Any, path: str | Path) -> None:
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A folder holding a LoRA adapter (not full weights)."""
+    return (Path(path) / "adapter_config.json").exists()
+
+
+# what a save leaves in its folder: cleared first, so a folder never holds both an adapter and full weights
+_WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json",
+                 "adapter_config.json", "adapter_model.safetensors")
+
+
+def save_model(model: Any, tokenizer: Any, path: str | Path, merge_lora: bool = False) -> None:
+    """HF-format weights + tokenizer in `path`. A PeftModel saves its adapter, or (`merge_lora`) full weights
+    with the adapter merged into a copy (the trained model is left unmerged)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    for f in list(_WEIGHT_FILES) + [p.name for p in path.glob("model-*.safetensors")]:
+        (path / f).unlink(missing_ok=True)
+    if merge_lora and is_peft(model):
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    elif is_peft(model) and not model.peft_config[model.active_adapter].base_model_name_or_path:
+        raise ValueError(f"{path}: a LoRA adapter over a model built in memory names no base to reload it from; "
+                         "save it merged (model.merge_lora=true)")
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
 
 
+def _local(path: str | Path) -> str:
+    """An existing local folder as an absolute path (adapters name their base by it), else a hub id as is."""
+    p = Path(path)
+    return str(p.resolve()) if p.exists() else str(path)
+
+
 def load_pretrained(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False,
-                    lora: dict[str, Any] | None = None) -> tuple[Any, Any]:
-    """Load a causal LM + tokenizer with safetensors; wrap with LoRA if `lora.enabled`."""
-    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+                    lora: dict[str, Any] | None = None, trainable: bool = True) -> tuple[Any, Any]:
+    """Load a causal LM + tokenizer with safetensors. An adapter folder loads as a `PeftModel` over the base
+    it names (its LoRA weights `trainable`); full weights are wrapped with a fresh LoRA if `lora.enabled`.
+    Prompts are padded and truncated on the left (the tail, where the current step is, is kept)."""
+    src = _local(path)
+    tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype), use_safetensors=True,
+    tokenizer.truncation_side = "left"
+    if is_adapter_dir(src):
+        from peft import PeftConfig, PeftModel
+
+        base = PeftConfig.from_pretrained(src).base_model_name_or_path
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype), use_safetensors=True,
+                                                     trust_remote_code=trust_remote_code)
+        return PeftModel.from_pretrained(model, src, is_trainable=trainable), tokenizer
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), use_safetensors=True,
                                                  trust_remote_code=trust_remote_code)
     if lora and lora.get("enabled"):
         model = add_lora(model, lora)
     return model, tokenizer
+
+
+def generation_device(accelerator: str, cuda_available: bool, local_rank: int = 0) -> torch.device:
+    """Where models that generate live: the trainer's device (`trainer.accelerator`), so that HF `generate`
+    does not run on the CPU of a GPU node. cpu -> cpu; gpu/cuda -> cuda:<local rank> (an error without CUDA);
+    auto -> cuda:<local rank> when CUDA is available, else cpu."""
+    acc = str(accelerator or "auto").lower()
+    if acc == "cpu":
+        return torch.device("cpu")
+    if acc in ("gpu", "cuda") and not cuda_available:
+        raise RuntimeError(f"trainer.accelerator={acc}: no CUDA device is visible (use trainer=cpu)")
+    if acc in ("gpu", "cuda", "auto") and cuda_available:
+        return torch.device("cuda", local_rank)
+    if acc == "auto":
+        return torch.device("cpu")
+    raise ValueError(f"trainer.accelerator: {accelerator!r} has no generation device (cpu, gpu, cuda or auto)")
 
 
 def add_lora(model: Any, lora: dict[str, Any]) -> Any:

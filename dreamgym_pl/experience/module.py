@@ -72,7 +72,7 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
                        buffer: ReplayBuffer | None) -> list[StepSample]:
     """One sample per transition: prompt (its last `fmt.max_prompt_tokens` tokens) -> target (its first
-    `fmt.max_target_tokens` tokens + EOS)."""
+    `fmt.max_target_tokens` tokens + EOS); `scalars["target_tokens"]`: the target's length before the cut."""
     out = []
     for traj in trajs:
         history: list[tuple[str, str]] = []
@@ -81,8 +81,10 @@ def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: Experie
                                   t.action, fmt)
             target = build_target(t.next_state, t.reward, t.done, t.reasoning, fmt)
             p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-fmt.max_prompt_tokens:]
-            t_ids = tokenizer(target, add_special_tokens=False)["input_ids"][:fmt.max_target_tokens] + [tokenizer.eos_token_id]
-            out.append(StepSample(p_ids, t_ids))
+            full = tokenizer(target, add_special_tokens=False)["input_ids"]
+            t_ids = full[:fmt.max_target_tokens] + [tokenizer.eos_token_id]
+            # the untruncated length (EOS included) is what the length report must see
+            out.append(StepSample(p_ids, t_ids, scalars={"target_tokens": len(full) + 1}))
             history.append((t.state.text, t.action))
     return out
 

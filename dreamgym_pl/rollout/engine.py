@@ -15,7 +15,8 @@ from dreamgym_pl.rollout.sampling import Completion, GenerationEngine, SamplingP
 
 
 class HFEngine:
-    """Batched, left-padded `model.generate` with per-token log-probs of the sampled tokens."""
+    """Batched, left-padded `model.generate` with per-token log-probs of the sampled tokens. Prompts keep their
+    last `max_prompt_tokens` tokens (left truncation, as in training)."""
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64):
         self.model = model
@@ -34,15 +35,21 @@ class HFEngine:
             out.extend(self._generate(list(prompts[i:i + self.micro_batch]), params))
         return out
 
+    def encode(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Left-padded ids of `prompts`, each keeping its last `max_prompt_tokens` tokens: the rule of training
+        (`policy.samples.encode_prompt`), so a long prompt loses its head and keeps the current step."""
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        tok.truncation_side = "left"
+        return tok(prompts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_prompt_tokens,
+                   add_special_tokens=False)
+
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         tok, model = self.tokenizer, self.model
         was_training = model.training
         model.eval()
-        tok.padding_side = "left"
-        enc = tok(prompts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_prompt_tokens,
-                  add_special_tokens=False)
         device = next(model.parameters()).device
-        enc = {k: v.to(device) for k, v in enc.items()}
+        enc = {k: v.to(device) for k, v in self.encode(prompts).items()}
         greedy = params.temperature <= 0
         gen_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy,
                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,

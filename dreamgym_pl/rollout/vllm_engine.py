@@ -3,7 +3,8 @@
 - Built from the trainer's model: its weights (the base model, for a PEFT policy) and tokenizer are saved
   to a temporary directory that `vllm.LLM` loads; vLLM runs in-process (V1 multiprocessing off), so the
   model runner's `load_weights` is reachable for weight sync.
-- `generate`: batched sampling with the sampled tokens' log-probs (`logprobs=0` returns the chosen token's).
+- `generate`: batched sampling with the sampled tokens' log-probs (`logprobs=0` returns the chosen token's);
+  prompts keep their last `max_prompt_tokens` tokens (the left truncation of training and HFEngine).
 - `load_weights(model)`: full weights are streamed into the runner's `load_weights`; a PEFT policy with
   `lora: auto` keeps the base weights and ships only the adapter as a new LoRARequest (no merge).
 - `sleep_mode`: the engine releases its KV cache (level 1) while the trainer trains, and wakes up before
@@ -56,6 +57,15 @@ def runner_model(llm: Any) -> Any:
     return w.model_runner.model
 
 
+def tail_prompts(tokenizer: Any, prompts: Sequence[str], max_tokens: int | None) -> list[Any]:
+    """vLLM inputs: each prompt as token ids keeping its last `max_tokens` (the left truncation of training and
+    HFEngine); plain strings when no bound is set."""
+    if not max_tokens:
+        return list(prompts)
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    return [{"prompt_token_ids": x[-int(max_tokens):]} for x in ids]
+
+
 def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
     """Weights in the HF naming vLLM's loaders expect (PEFT adapters merged in on the fly, not in place)."""
     if _is_peft(model):
@@ -69,9 +79,10 @@ def full_state_dict(model: Any) -> dict[str, torch.Tensor]:
 class VLLMEngine:
     def __init__(self, model: Any, tokenizer: Any, gpu_memory_utilization: float = 0.35, enforce_eager: bool = True,
                  max_model_len: int = 4096, dtype: str = "bfloat16", sleep_mode: bool = True, lora: str | bool = "auto",
-                 max_lora_rank: int = 64, seed: int = 0, **_: Any):
+                 max_lora_rank: int = 64, seed: int = 0, max_prompt_tokens: int | None = None, **_: Any):
         self.vllm = import_vllm()
         self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
         self.use_lora = _is_peft(model) and lora not in (False, "false", "off")
         self.sleep_mode = sleep_mode
         self.generated_tokens = 0
@@ -131,7 +142,8 @@ class VLLMEngine:
         sp = self.vllm.SamplingParams(temperature=max(0.0, params.temperature), top_p=params.top_p,
                                       max_tokens=params.max_new_tokens, stop=list(params.stop) or None,
                                       include_stop_str_in_output=True, logprobs=0)
-        outs = self.llm.generate(list(prompts), sp, lora_request=self._lora_req, use_tqdm=False)
+        inputs = tail_prompts(self.tokenizer, prompts, self.max_prompt_tokens)
+        outs = self.llm.generate(inputs, sp, lora_request=self._lora_req, use_tqdm=False)
         res = []
         for o in outs:
             c = o.outputs[0]

@@ -4,6 +4,7 @@ stages, and the one place where models, trainers, engines and evaluations are ma
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +97,10 @@ class Run:
         from dreamgym_pl.models import get_base_model, load_pretrained
 
         path = path or self.state.get("policy")
-        if path:
-            return load_pretrained(self.dir / path, self.cfg.model.get("dtype", "float32"))
         mcfg = OmegaConf.to_container(self.cfg.model, resolve=True)
+        if path:  # a kept adapter reloads trainable; full (or merged) weights get a fresh adapter when LoRA is on
+            return load_pretrained(self.dir / path, mcfg.get("dtype", "float32"), bool(mcfg.get("trust_remote_code")),
+                                   lora=mcfg.get("lora"))
         tiny = mcfg["name_or_path"] == "tiny"
         corpus = self.tokenizer_corpus() if tiny else None
         words = self.atomic_words() if tiny else None
@@ -112,9 +114,8 @@ class Run:
         from dreamgym_pl.models import save_model
 
         rel = f"checkpoints/{stage}"
-        merge = hasattr(model, "merge_and_unload") and self.cfg.model.get("merge_lora", False)
-        if dist.is_main():
-            save_model(model.merge_and_unload() if merge else model, tokenizer, self.dir / rel)
+        if dist.is_main():  # model.merge_lora: the adapter merged into full weights, else the adapter alone
+            save_model(model, tokenizer, self.dir / rel, merge_lora=bool(self.cfg.model.get("merge_lora", False)))
         dist.barrier()
         return rel
 
@@ -142,14 +143,23 @@ class Run:
 
     def engine_for(self, role: str, model: Any, tokenizer: Any) -> Any:
         """The generation engine of `role` (policy / experience), built once per run from `cfg.engine` and
-        synced to `model`'s current weights on every call (HF: shares the module; vLLM: pushes weights)."""
+        synced to `model`'s current weights on every call (HF: shares the module, moved to the trainer's device;
+        vLLM: pushes weights). Prompts keep their last N tokens, N the role's training bound (prompt.max_tokens,
+        experience.max_prompt_tokens): generation sees what training saw."""
+        import torch
+
+        from dreamgym_pl.models import generation_device
         from dreamgym_pl.rollout.engine import make_engine
 
+        if (self.cfg.engine.get("name") or "hf") == "hf":
+            local = int(os.environ.get("LOCAL_RANK", 0))
+            model.to(generation_device(self.cfg.trainer.get("accelerator", "cpu"), torch.cuda.is_available(), local))
         eng = self._engines.get(role)
         if eng is None or (getattr(eng, "tokenizer", tokenizer) is not tokenizer):
             if eng is not None and hasattr(eng, "close"):
                 eng.close()
-            eng = self._engines[role] = make_engine(self.cfg.engine, model, tokenizer)
+            cap = self.cfg.prompt.max_tokens if role == "policy" else self.cfg.experience.max_prompt_tokens
+            eng = self._engines[role] = make_engine(self.cfg.engine, model, tokenizer, max_prompt_tokens=int(cap))
         else:
             eng.load_weights(model)
         return eng

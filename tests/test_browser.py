@@ -3,8 +3,9 @@ real headless chromium playing MiniWoB++ episodes, and the clear WebArena error.
 
 import pytest
 
-from dreamgym_pl.envs.browser import (BrowserSetupError, admissible_actions, browser_reasoning, find_chromium,
-                                      make_webarena, normalize_action, reduce_tree)
+from dreamgym_pl.envs.browser import (TEST_SEED_BASE, VAL_SEED_BASE, BrowserSetupError, admissible_actions,
+                                      browser_reasoning, find_chromium, make_webarena, miniwob_splits,
+                                      normalize_action, reduce_tree, webarena_train_val)
 from dreamgym_pl.envs.miniwob_agents import elements, miniwob_oracle_action
 
 FLAT = """RootWebArea 'Login User Task', focused, url='file:///x/login-user.html'
@@ -87,6 +88,28 @@ def test_webarena_without_servers_says_what_to_set(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     with pytest.raises(BrowserSetupError, match="WA_SHOPPING"):
         make_webarena()
+
+
+def test_miniwob_splits_are_disjoint_seed_ranges():
+    names = ["enter-text", "click-checkboxes"]
+    train, test, val = miniwob_splits(names, 20, 5, 3)
+    assert (len(train), len(test), len(val)) == (40, 10, 6)
+    ids = [{t.task_id for t in s} for s in (train, test, val)]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert {t.goal["seed"] for t in val} == {VAL_SEED_BASE + i for i in range(3)}
+    assert {t.goal["seed"] for t in test} == {TEST_SEED_BASE + i for i in range(5)}
+    assert [t.task_id for t in miniwob_splits(names, 20, 5, 3)[2]] == [t.task_id for t in val]  # fixed
+    with pytest.raises(ValueError, match="env.val_seeds"):
+        miniwob_splits(names, 20, 5, VAL_SEED_BASE)
+
+
+def test_webarena_val_from_the_split_file_or_the_train_tail():
+    train, val = webarena_train_val({"train": list(range(20)), "test": [100, 101]})
+    assert val == [18, 19] and train == list(range(18))
+    train, val = webarena_train_val({"train": [1, 2, 3], "val": [7], "test": [9]})
+    assert (train, val) == ([1, 2, 3], [7])
+    with pytest.raises(ValueError, match="env.split_file: val ids"):
+        webarena_train_val({"train": [1, 2], "val": [2], "test": [9]})
 
 
 @pytest.fixture(scope="module")

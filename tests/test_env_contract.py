@@ -7,7 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from dreamgym_pl.core import Observation, StepResult, Task
-from dreamgym_pl.envs.base import Environment, SerialVecEnv, make_vec_env, register, scripted_agent_by_name
+from dreamgym_pl.envs.base import (Environment, SerialVecEnv, make_vec_env, pick_split, register,
+                                   scripted_agent_by_name, val_tail)
 from dreamgym_pl.pipeline import run_pipeline
 from tests.conftest import compose
 
@@ -68,9 +69,10 @@ class CounterEnv(SerialVecEnv):
 
     def __init__(self, max_steps=5):
         def tasks(split):
-            n, base = (60, 0) if split == "train" else (12, 1000)
-            return [Task(f"count-{split}-{i}", f"count to {WORDS[1 + i % 3]}", {"target": 1 + i % 3})
-                    for i in range(base, base + n)]
+            splits = {s: [Task(f"count-{s}-{i}", f"count to {WORDS[1 + i % 3]}", {"target": 1 + i % 3})
+                          for i in range(base, base + n)]
+                      for s, n, base in (("train", 60, 0), ("val", 12, 500), ("test", 12, 1000))}
+            return pick_split(splits, split, "counter")
 
         super().__init__(lambda: Counter(max_steps), tasks, max_steps)
 
@@ -89,6 +91,47 @@ class CounterEnv(SerialVecEnv):
 @register("counter")
 def make_counter(max_steps=5):
     return CounterEnv(max_steps)
+
+
+def check_splits(make_env, sizes=None):
+    """The split contract: train, val and test are non-empty, disjoint (no task id in two splits) and fixed (a
+    second build gives the same tasks in the same order); an unknown split is an error naming the known ones."""
+    a, b = make_env(), make_env()
+    ids = {s: [t.task_id for t in a.tasks(s)] for s in ("train", "val", "test")}
+    for s, got in ids.items():
+        assert got, f"split {s} is empty"
+        assert len(set(got)) == len(got), f"split {s} repeats a task"
+        assert got == [t.task_id for t in b.tasks(s)], f"split {s} changed between two builds"
+        assert [t.instruction for t in a.tasks(s)] == [t.instruction for t in b.tasks(s)]
+    assert not set(ids["train"]) & set(ids["val"]), "train and val share tasks"
+    assert not set(ids["train"]) & set(ids["test"]), "train and test share tasks"
+    assert not set(ids["val"]) & set(ids["test"]), "val and test share tasks"
+    if sizes is not None:
+        assert {s: len(v) for s, v in ids.items()} == sizes
+    with pytest.raises((KeyError, ValueError), match="val"):
+        a.tasks("validation")
+    return ids
+
+
+def test_split_contract_toy_and_webshop():
+    check_splits(lambda: make_vec_env("counter"), {"train": 60, "val": 12, "test": 12})
+    ids = check_splits(lambda: make_vec_env("webshop", num_products=100, num_test=50, num_val=30),
+                       {"train": 120, "val": 30, "test": 50})
+    # growing val takes goals from train only: the test goals stay where they were
+    more = make_vec_env("webshop", num_products=100, num_test=50, num_val=40)
+    assert [t.task_id for t in more.tasks("test")] == ids["test"]
+    assert [t.task_id for t in more.tasks("val")][:30] == ids["val"]
+    assert set(t.task_id for t in more.tasks("train")) < set(ids["train"])
+
+
+def test_val_tail_takes_the_last_tasks_of_train():
+    train = [Task(f"t{i}", f"task {i}") for i in range(25)]
+    rest, val = val_tail(train)
+    assert [t.task_id for t in val] == ["t23", "t24"] and rest == train[:23]
+    rest, val = val_tail(train, 5)
+    assert [t.task_id for t in val] == [f"t{i}" for i in range(20, 25)] and len(rest) == 20
+    with pytest.raises(ValueError, match="env.num_val"):
+        val_tail(train, 25)
 
 
 def test_a_missing_contract_method_fails_when_the_env_is_built():

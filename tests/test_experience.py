@@ -117,7 +117,7 @@ def test_synthetic_env_steps_enriches_and_counts_invalid():
     buf.add([demo], "offline")
     done_out = build_target(Observation("thank you", []), 1.0, True, "bought", FMT)
     eng = ScriptedEngine([VALID, "nonsense", done_out])
-    shop = make_vec_env("webshop", num_products=50, num_test=10)
+    shop = make_vec_env("webshop", num_products=50, num_test=10, num_val=10)
     env = SyntheticEnv(eng, buf, FMT, lambda t: Observation("search", ["search[...]"]), lambda s: [], shop.is_admissible,
                        SamplingParams(temperature=0.7, max_new_tokens=160, stop=list(STOP)), max_steps=5)
     obs = env.reset([Task("a", "buy lipstick"), Task("b", "buy shoes")])

@@ -9,14 +9,14 @@ from dreamgym_pl.pipeline import run_pipeline
 from tests.conftest import compose
 
 TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
-        "env.num_products=100", "env.num_test=50", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
+        "env.num_products=100", "env.num_test=50", "env.num_val=20", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
         "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
         "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false"]
 
 
 def test_collect_and_oracle_eval(tmp_path):
-    cfg = compose(["stages=[collect,eval]", "eval.agent=oracle", "env.num_products=100", "env.num_test=50",
+    cfg = compose(["stages=[collect,eval]", "eval.agent=oracle", "env.num_products=100", "env.num_test=50", "env.num_val=20",
                    "collect.agents.oracle=20", "collect.agents.noisy_oracle=10", "collect.agents.random=10"])
     m = run_pipeline(cfg, tmp_path)
     assert m["eval/success_rate"] >= 0.95
@@ -81,7 +81,7 @@ def test_tiny_tokenizer_covers_the_experience_format(tmp_path):
     from dreamgym_pl.experience.format import ExperienceFormat, build_target
     from dreamgym_pl.stages import Run
 
-    run = Run(compose(["env=webshop_tiny", "env.num_products=100", "env.num_test=50", *TINY[:6]]), tmp_path)
+    run = Run(compose(["env=webshop_tiny", "env.num_products=100", "env.num_test=50", "env.num_val=20", *TINY[:6]]), tmp_path)
     _, tok = run.load_policy()
     from dreamgym_pl.core import Observation
 

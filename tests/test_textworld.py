@@ -12,7 +12,7 @@ from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.envs.alfworld import make_alfworld  # noqa: E402
 from dreamgym_pl.envs.textworld import (GameDataError, clean_feedback, generate_games, generation_options,  # noqa: E402
                                         match_command, normalize_command, read_game, strip_banner,
-                                        TextWorldVecEnv, textworld_reasoning)
+                                        TEST_SEED_BASE, VAL_SEED_BASE, TextWorldVecEnv, textworld_reasoning)
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes  # noqa: E402
 
 BANNER = ("\n\n\n                    ________  ________  __    __\n                   |        \\|        \\|  \\  |  \\\n"
@@ -48,7 +48,7 @@ def test_rule_based_reasoning_for_text_games():
     r = textworld_reasoning(_tr("take key", {"room_before": "attic", "room_after": "attic", "score_delta": 1,
                                              "score": 1, "max_score": 3}, "You pick up the key."))
     assert "you pick up the key" in r and "score rises to 1 of 3" in r
-    env = TextWorldVecEnv([], [], 20, False)
+    env = TextWorldVecEnv([], [], 20, False, val=[])
     assert env.explain(_tr("dance", {"invalid": True})) == textworld_reasoning(_tr("dance", {"invalid": True}))
 
 
@@ -59,7 +59,7 @@ def tw_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tw_env(tw_cache):
-    return make_vec_env("textworld", num_train=4, num_test=2, nb_rooms=2, nb_objects=4, quest_length=2,
+    return make_vec_env("textworld", num_train=4, num_test=2, num_val=2, nb_rooms=2, nb_objects=4, quest_length=2,
                         cache_dir=str(tw_cache), progress=False)
 
 
@@ -76,13 +76,18 @@ def test_generation_is_deterministic(tmp_path):
 
 
 def test_splits_are_disjoint_and_cached(tw_env, tw_cache):
-    train, test = tw_env.tasks("train"), tw_env.tasks("test")
-    assert len(train) == 4 and len(test) == 2
-    assert not {t.goal["seed"] for t in train} & {t.goal["seed"] for t in test}
+    from tests.test_env_contract import check_splits
+
+    train, val, test = tw_env.tasks("train"), tw_env.tasks("val"), tw_env.tasks("test")
+    assert len(train) == 4 and len(val) == 2 and len(test) == 2
+    seeds = [{t.goal["seed"] for t in s} for s in (train, val, test)]
+    assert not (seeds[0] & seeds[1] or seeds[0] & seeds[2] or seeds[1] & seeds[2])
+    assert seeds[1] == {VAL_SEED_BASE, VAL_SEED_BASE + 1} and seeds[2] == {TEST_SEED_BASE, TEST_SEED_BASE + 1}
     mtimes = {p: p.stat().st_mtime for p in tw_cache.glob("*/*.z8")}
-    again = make_vec_env("textworld", num_train=4, num_test=2, nb_rooms=2, nb_objects=4, quest_length=2,
-                         cache_dir=str(tw_cache), progress=False)
-    assert [t.instruction for t in again.tasks("train")] == [t.instruction for t in train]
+    make = lambda: make_vec_env("textworld", num_train=4, num_test=2, num_val=2, nb_rooms=2, nb_objects=4,  # noqa: E731
+                                quest_length=2, cache_dir=str(tw_cache), progress=False)
+    check_splits(make, {"train": 4, "val": 2, "test": 2})
+    assert [t.instruction for t in make().tasks("train")] == [t.instruction for t in train]
     assert {p: p.stat().st_mtime for p in tw_cache.glob("*/*.z8")} == mtimes  # nothing regenerated
 
 
@@ -102,7 +107,7 @@ def test_reset_step_admissible_and_invalid(tw_env):
 
 
 def test_max_steps_truncates(tw_cache):
-    env = make_vec_env("textworld", num_train=4, num_test=2, nb_rooms=2, nb_objects=4, quest_length=2,
+    env = make_vec_env("textworld", num_train=4, num_test=2, num_val=2, nb_rooms=2, nb_objects=4, quest_length=2,
                        cache_dir=str(tw_cache), progress=False, max_steps=2)
     env.reset(env.tasks("train")[:1])
     env.step(["look"])
@@ -145,7 +150,7 @@ def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
     from tests.test_pipeline import EXP, TINY
 
     tiny = [o for o in TINY if not o.startswith("env.")]
-    env = ["env.num_train=4", "env.num_test=2", "env.nb_rooms=2", "env.nb_objects=4", "env.quest_length=2",
+    env = ["env.num_train=4", "env.num_test=2", "env.num_val=2", "env.nb_rooms=2", "env.nb_objects=4", "env.quest_length=2",
            f"env.cache_dir={tw_cache}", "env.progress=false", "env.max_steps=6", "eval.num_goals=2"]
     m = run_pipeline(compose(["conf=textworld_s2r", *tiny, *EXP, *env, "collect.agents.oracle=8",
                               "collect.agents.noisy_oracle=4", "collect.agents.random=4"]), tmp_path)

@@ -22,10 +22,11 @@ def test_price_bounds():
 
 
 def test_determinism():
-    a, b = WebShopEngine(num_products=100, seed=3, num_test=50), WebShopEngine(num_products=100, seed=3, num_test=50)
+    a = WebShopEngine(num_products=100, seed=3, num_test=50, num_val=20)
+    b = WebShopEngine(num_products=100, seed=3, num_test=50, num_val=20)
     assert a.products == b.products
     assert [t.instruction for t in a.goals] == [t.instruction for t in b.goals]
-    c = WebShopEngine(num_products=100, seed=4, num_test=50)
+    c = WebShopEngine(num_products=100, seed=4, num_test=50, num_val=20)
     assert a.products != c.products
     ea, eb = WebShopEnv(a), WebShopEnv(b)
     task = a.tasks("test")[0]
@@ -36,8 +37,21 @@ def test_determinism():
 
 
 def test_fixed_split(shop):
-    test, train = shop.tasks("test"), shop.tasks("train")
-    assert len(test) == 100 and len(train) == 300
+    """test = the first num_test goals, val = the next num_val (default 200), train = the rest: disjoint, and
+    growing val never moves a test goal."""
+    test, val, train = shop.tasks("test"), shop.tasks("val"), shop.tasks("train")
+    assert (len(test), len(val), len(train)) == (100, 200, 100)
+    ids = [{t.task_id for t in s} for s in (test, val, train)]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    assert not ({t.instruction for t in val} & {t.instruction for t in test})
+    assert [t.task_id for t in val] == [t.task_id for t in shop.goals[100:300]]
+    small = WebShopEngine(num_products=200, seed=0, num_test=100, num_val=50)
+    assert [t.task_id for t in small.tasks("test")] == [t.task_id for t in test]
+    assert [t.task_id for t in small.tasks("val")] == [t.task_id for t in val[:50]]
+    with pytest.raises(ValueError, match="^env.num_val: 300 val goals"):
+        WebShopEngine(num_products=200, seed=0, num_test=100, num_val=300)
+    with pytest.raises(ValueError, match="^env.num_val: must be"):
+        WebShopEngine(num_products=200, seed=0, num_test=100, num_val=0)
     assert not {t.task_id for t in test} & {t.task_id for t in train}
     assert [t.task_id for t in test] == [f"webshop-{i}" for i in range(100)]
 

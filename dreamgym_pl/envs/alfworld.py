@@ -2,6 +2,10 @@
 
 ALFWorld's PDDL games are played by the same `TextWorldVecEnv` with alfworld's own TextWorld wrappers; the
 data must be downloaded by the user (`alfworld-download`), and without it making the env says so and stops.
+
+Splits: train = `train_split` (ALFWorld's train), test = `test_split` (valid_unseen, as the paper reports),
+val = ALFWorld's valid_seen, unless valid_seen is already the train or test split: then val = the last tenth
+of the train games (sorted by path, so fixed) and train keeps the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_pl.core import Task
-from dreamgym_pl.envs.base import register
+from dreamgym_pl.envs.base import register, val_tail
 from dreamgym_pl.envs.textworld import GameDataError, TextWorldVecEnv
 
 ALFWORLD_HELP = ("env=alfworld needs the `alfworld` package and its game data: `pip install alfworld`, then "
@@ -30,7 +34,7 @@ def alfworld_games(data_dir: Path, split: str) -> list[Path]:
 @register("alfworld")
 def make_alfworld(train_split: str = "train", test_split: str = "valid_unseen", num_train: int | None = None,
                   num_test: int | None = None, max_steps: int = 50, data_dir: str | None = None,
-                  **_: Any) -> TextWorldVecEnv:
+                  num_val: int | None = None, **_: Any) -> TextWorldVecEnv:
     """ALFWorld's games through the same adapter (its PDDL games need alfworld's own TextWorld wrappers)."""
     data = Path(data_dir or os.environ.get("ALFWORLD_DATA", ""))
     try:
@@ -40,7 +44,11 @@ def make_alfworld(train_split: str = "train", test_split: str = "valid_unseen", 
     if not str(data) or not (data / "json_2.1.1").is_dir():
         raise GameDataError(f"ALFWorld data not found at {str(data) or '$ALFWORLD_DATA (unset)'}. " + ALFWORLD_HELP)
     splits = {}
-    for name, split, n in (("train", train_split, num_train), ("test", test_split, num_test)):
+    val_from_train = "valid_seen" in (train_split, test_split)
+    for name, split, n in (("train", train_split, num_train), ("test", test_split, num_test),
+                           ("val", "valid_seen", num_val)):
+        if name == "val" and val_from_train:
+            continue
         if split not in ALFWORLD_SPLITS:
             raise ValueError(f"env.{name}_split: one of {sorted(ALFWORLD_SPLITS)}, got {split!r}")
         games = alfworld_games(data, split)[:n] if n else alfworld_games(data, split)
@@ -54,5 +62,7 @@ def make_alfworld(train_split: str = "train", test_split: str = "valid_unseen", 
                               instruction=" ".join(goal.split()),
                               goal={"game": str(g), "split": split, "category": g.parent.parent.name.split("-")[0]}))
         splits[name] = tasks
+    if val_from_train:
+        splits["train"], splits["val"] = val_tail(splits["train"], num_val)
     return TextWorldVecEnv(splits["train"], splits["test"], max_steps, False, [AlfredDemangler(), AlfredInfos],
-                           name="alfworld")
+                           name="alfworld", val=splits["val"])

@@ -68,7 +68,9 @@ class Environment(ABC):
     # ----- batched episodes -----------------------------------------------------------------------
     @abstractmethod
     def tasks(self, split: str) -> list[Task]:
-        """The fixed tasks of a split (train / test)."""
+        """The fixed tasks of a split: train (offline data, RL, curriculum seeds), val (every choice: sweeps,
+        defaults, early stopping) or test (reported only). The three are disjoint and fixed by the env's config;
+        an unknown split is a KeyError/ValueError naming the known ones."""
 
     @abstractmethod
     def reset(self, tasks: Sequence[Task]) -> list[Observation]:
@@ -174,10 +176,19 @@ class SerialVecEnv(Environment, ABC):
 
 
 def pick_split(splits: dict[str, list[Task]], split: str, env_name: str) -> list[Task]:
-    """The tasks of `split` for envs with fixed train/test splits (a clear error naming the config key)."""
+    """The tasks of `split` for envs with fixed train/val/test splits (a clear error naming the config key)."""
     if split not in splits:
         raise KeyError(f"eval.split: {env_name} has splits {sorted(splits)}, not {split!r}")
     return splits[split]
+
+
+def val_tail(train: list[Task], num_val: int | None = None) -> tuple[list[Task], list[Task]]:
+    """(train, val) where val = the last `num_val` (default: a tenth, at least 1) of an ordered train list,
+    for envs with no held-out split of their own left for validation; train must keep at least one task."""
+    n = max(1, len(train) // 10) if num_val is None else num_val
+    if not 0 < n < len(train):
+        raise ValueError(f"env.num_val: {n} val tasks from the tail of {len(train)} train tasks leave none to train on")
+    return train[:-n], train[-n:]
 
 
 def scripted_agent_by_name(name: str, seed: int, eps: float, oracle: Callable[..., Any],

@@ -31,7 +31,8 @@ from dreamgym_pl.envs.parallel import ProcessVecEnv
 # envs/miniwob_agents.py)
 MINIWOB_TASKS = ("click-button", "click-button-sequence", "click-checkboxes", "click-dialog", "click-option",
                  "click-tab", "enter-password", "enter-text", "focus-text", "login-user")
-TEST_SEED_BASE = 100_000
+TEST_SEED_BASE = 100_000  # MiniWoB test goals: seeds TEST_SEED_BASE.. (train: 0..train_seeds-1)
+VAL_SEED_BASE = 200_000   # MiniWoB val goals: seeds VAL_SEED_BASE.. (disjoint from train and test)
 CLICKABLE = {"button", "link", "checkbox", "radio", "tab", "menuitem", "option", "treeitem", "switch"}
 _ATTR_DROP = re.compile(r",?\s*(url|describedby|controls|live|relevant|orientation|multiselectable|atomic|modal)"
                         r"(='[^']*'|=\w+)?")
@@ -250,8 +251,8 @@ class BrowserVecEnv(ProcessVecEnv):
     action_stop = ("]",)
 
     def __init__(self, train: list[Task], test: list[Task], max_steps: int, timeout_ms: int, prefix: str,
-                 workers: int = 2, slots_per_worker: int = 2):
-        self.splits = {"train": train, "test": test}
+                 workers: int = 2, slots_per_worker: int = 2, *, val: list[Task]):
+        self.splits = {"train": train, "val": val, "test": test}
         self.max_batch = max(1, workers * slots_per_worker)  # concurrent episodes (one browser each)
         super().__init__(functools.partial(BrowserGymEnv, max_steps, timeout_ms, prefix), self._tasks, max_steps,
                          workers=workers, timeout_s=max(30.0, 4 * timeout_ms / 1000))
@@ -279,15 +280,27 @@ def miniwob_tasks(names: Sequence[str], seeds: Sequence[int], split: str) -> lis
 
 @register("miniwob")
 def make_miniwob(tasks: Sequence[str] | None = None, train_seeds: int = 20, test_seeds: int = 5, max_steps: int = 8,
-                 timeout_ms: int = 10000, workers: int = 2, slots_per_worker: int = 2) -> BrowserVecEnv:
+                 timeout_ms: int = 10000, workers: int = 2, slots_per_worker: int = 2,
+                 val_seeds: int = 5) -> BrowserVecEnv:
     names = list(tasks or MINIWOB_TASKS)
     unknown = [n for n in names if n not in MINIWOB_TASKS]
     if unknown:
         raise ValueError(f"env.tasks: no scripted oracle for {unknown}; supported: {list(MINIWOB_TASKS)}")
     ensure_browser()
-    train = miniwob_tasks(names, range(train_seeds), "train")
-    test = miniwob_tasks(names, range(TEST_SEED_BASE, TEST_SEED_BASE + test_seeds), "test")
-    return BrowserVecEnv(train, test, max_steps, timeout_ms, "browsergym/miniwob.", workers, slots_per_worker)
+    train, test, val = miniwob_splits(names, train_seeds, test_seeds, val_seeds)
+    return BrowserVecEnv(train, test, max_steps, timeout_ms, "browsergym/miniwob.", workers, slots_per_worker, val=val)
+
+
+def miniwob_splits(names: Sequence[str], train_seeds: int, test_seeds: int,
+                   val_seeds: int) -> tuple[list[Task], list[Task], list[Task]]:
+    """(train, test, val): every task at seeds 0.., TEST_SEED_BASE.. and VAL_SEED_BASE.. (disjoint ranges)."""
+    gap = VAL_SEED_BASE - TEST_SEED_BASE
+    for k, v, hi in (("train_seeds", train_seeds, TEST_SEED_BASE), ("test_seeds", test_seeds, gap), ("val_seeds", val_seeds, gap)):
+        if not isinstance(v, int) or not 0 < v <= hi:
+            raise ValueError(f"env.{k}: must be an integer in 1..{hi}, got {v!r}")
+    return (miniwob_tasks(names, range(train_seeds), "train"),
+            miniwob_tasks(names, range(TEST_SEED_BASE, TEST_SEED_BASE + test_seeds), "test"),
+            miniwob_tasks(names, range(VAL_SEED_BASE, VAL_SEED_BASE + val_seeds), "val"))
 
 
 WA_VARS = ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE")
@@ -297,7 +310,9 @@ WA_VARS = ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIK
 def make_webarena(split_file: str | None = None, max_steps: int = 30, timeout_ms: int = 30000, workers: int = 2,
                   slots_per_worker: int = 1, **_: Any) -> BrowserVecEnv:
     """WebArena through browsergym-webarena, with the WebArena-Lite split (a JSON file {"train": [ids],
-    "test": [ids]}: 647 train / 165 test task ids) and the seven WA_* site URLs of a running WebArena."""
+    "test": [ids]}: 647 train / 165 test task ids; an optional "val" list is the val split, else val = the
+    last tenth of the train ids in file order, removed from train) and the seven WA_* site URLs of a running
+    WebArena."""
     missing = [v for v in WA_VARS if not os.environ.get(v)]
     if missing:
         raise BrowserSetupError(f"env=webarena needs a running WebArena (its Docker sites) and the URLs in "
@@ -314,5 +329,18 @@ def make_webarena(split_file: str | None = None, max_steps: int = 30, timeout_ms
     split = json.loads(Path(split_file).read_text())
     mk = lambda ids, sp: [Task(task_id=f"webarena-{sp}-{i}", instruction=f"webarena task {i}",  # noqa: E731
                                goal={"task": str(i), "seed": 0, "split": sp, "category": "webarena"}) for i in ids]
-    return BrowserVecEnv(mk(split["train"], "train"), mk(split["test"], "test"), max_steps, timeout_ms,
-                         "browsergym/webarena.", workers, slots_per_worker)
+    train, val = webarena_train_val(split)
+    return BrowserVecEnv(mk(train, "train"), mk(split["test"], "test"), max_steps, timeout_ms,
+                         "browsergym/webarena.", workers, slots_per_worker, val=mk(val, "val"))
+
+
+def webarena_train_val(split: dict[str, list]) -> tuple[list, list]:
+    """(train ids, val ids): the split file's "val" list when it has one (it must not share an id with train
+    or test), else the last tenth of its train ids."""
+    if not split.get("val"):
+        n = max(1, len(split["train"]) // 10)
+        return split["train"][:-n], split["train"][-n:]
+    shared = set(map(str, split["val"])) & set(map(str, split["train"] + split["test"]))
+    if shared:
+        raise ValueError(f"env.split_file: val ids {sorted(shared)[:5]} are also train or test ids")
+    return split["train"], split["val"]

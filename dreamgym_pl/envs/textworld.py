@@ -1,7 +1,7 @@
 """TextWorld household games (the engine under ALFWorld; ALFWorld itself is in envs/alfworld.py).
 
 Games come from TextWorld's own generator, one game per seed, compiled once into a cache directory keyed by
-the generation options (train and test use disjoint seed ranges). Each task is one game: the instruction is
+the generation options (train, val and test use disjoint seed ranges). Each task is one game: the instruction is
 the game's objective, observations are the game's feedback with the ASCII banner and the status line
 stripped, actions are text commands (the admissible ones are listed), the reward is sparse success (won = 1)
 as in ALFWorld, or optionally the score increase normalised by the maximum score. The next walkthrough
@@ -24,6 +24,7 @@ from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, scripted_agent_by_name
 
 TEST_SEED_BASE = 1_000_000  # test games use seeds TEST_SEED_BASE + i: disjoint from the train seeds 1..N
+VAL_SEED_BASE = 2_000_000   # val games use seeds VAL_SEED_BASE + i: disjoint from train and test
 _BANNER_LINE = re.compile(r"^[\s_$|\\/<>=\-]*$")
 _STATUS = re.compile(r"\n\s*>\s*(-=.*?=-\s*\d+/\d+)?\s*$", re.DOTALL)
 _ROOM = re.compile(r"-=\s*(.+?)\s*=-")
@@ -296,8 +297,8 @@ class TextWorldVecEnv(SerialVecEnv):
     action_stop = ("]",)
 
     def __init__(self, train: list[Task], test: list[Task], max_steps: int, intermediate_reward: bool,
-                 wrappers: Sequence[Any] = (), name: str = "textworld"):
-        self.splits = {"train": train, "test": test}
+                 wrappers: Sequence[Any] = (), name: str = "textworld", *, val: list[Task]):
+        self.splits = {"train": train, "val": val, "test": test}
         super().__init__(lambda: TextWorldEnv(max_steps, intermediate_reward, wrappers), self._tasks, max_steps)
         self.name = name
 
@@ -338,12 +339,12 @@ def _tasks_for(paths: Sequence[Path], split: str, seeds: Sequence[int]) -> list[
 def make_textworld(num_train: int = 60, num_test: int = 30, nb_rooms: int = 3, nb_objects: int = 6,
                    quest_length: int = 3, theme: str = "house", max_steps: int = 20,
                    intermediate_reward: bool = False, cache_dir: str | None = None, workers: int = 2,
-                   progress: bool = True) -> TextWorldVecEnv:
+                   progress: bool = True, num_val: int = 10) -> TextWorldVecEnv:
     try:
         import textworld  # noqa: F401
     except ImportError as e:
         raise GameDataError("env=textworld needs the `textworld` package: pip install -e .[textworld]") from e
-    for k, v in (("num_train", num_train), ("num_test", num_test), ("nb_rooms", nb_rooms),
+    for k, v in (("num_train", num_train), ("num_test", num_test), ("num_val", num_val), ("nb_rooms", nb_rooms),
                  ("quest_length", quest_length), ("max_steps", max_steps)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"env.{k}: must be an integer >= 1, got {v!r}")
@@ -352,7 +353,9 @@ def make_textworld(num_train: int = 60, num_test: int = 30, nb_rooms: int = 3, n
     d = root / cache_key(opts)
     train_seeds = list(range(1, num_train + 1))
     test_seeds = [TEST_SEED_BASE + i for i in range(num_test)]
-    paths = generate_games(d, train_seeds + test_seeds, opts, workers, progress)
+    val_seeds = [VAL_SEED_BASE + i for i in range(num_val)]
+    paths = generate_games(d, train_seeds + test_seeds + val_seeds, opts, workers, progress)
     train = _tasks_for(paths[:num_train], "train", train_seeds)
-    test = _tasks_for(paths[num_train:], "test", test_seeds)
-    return TextWorldVecEnv(train, test, max_steps, intermediate_reward)
+    test = _tasks_for(paths[num_train:num_train + num_test], "test", test_seeds)
+    val = _tasks_for(paths[num_train + num_test:], "val", val_seeds)
+    return TextWorldVecEnv(train, test, max_steps, intermediate_reward, val=val)

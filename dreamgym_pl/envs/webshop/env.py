@@ -50,11 +50,12 @@ def fmt_price(p: float) -> str:
 
 
 class WebShopEngine:
-    """The shared, read-only world: catalogue, search index, goals and the fixed split."""
+    """The shared, read-only world: catalogue, search index, goals and the fixed split (test = the first
+    `num_test` goals, val = the next `num_val`, train = the rest)."""
 
     def __init__(self, num_products: int = 1000, seed: int = 0, goals_per_product: int = 2, num_test: int = 500,
                  results_per_page: int = 10, max_results: int = 50, products_file: str | None = None,
-                 attributes_file: str | None = None):
+                 attributes_file: str | None = None, num_val: int = 200):
         if products_file:
             self.products = load_webshop_products(products_file, attributes_file)
         else:
@@ -64,11 +65,16 @@ class WebShopEngine:
         self.goals = generate_goals(self.products, goals_per_product, seed)
         if num_test >= len(self.goals):
             raise ValueError(f"env.num_test: {num_test} leaves no training goals out of {len(self.goals)}")
-        self.num_test = num_test
+        if not isinstance(num_val, int) or isinstance(num_val, bool) or num_val < 1:
+            raise ValueError(f"env.num_val: must be an integer >= 1, got {num_val!r}")
+        if num_test + num_val >= len(self.goals):
+            raise ValueError(f"env.num_val: {num_val} val goals after {num_test} test goals leave no training goals "
+                             f"out of {len(self.goals)}; lower env.num_val (or env.num_test)")
+        self.num_test, self.num_val = num_test, num_val
         self.results_per_page = results_per_page
 
     def tasks(self, split: str) -> list[Task]:
-        return split_goals(self.goals, split, self.num_test)
+        return split_goals(self.goals, split, self.num_test, self.num_val)
 
 
 @dataclass
@@ -261,7 +267,7 @@ def _cached_engine(**kwargs: Any) -> WebShopEngine:
 
 def get_engine(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2, num_test: int = 500,
                results_per_page: int = 10, max_results: int = 50, products_file: str | None = None,
-               attributes_file: str | None = None) -> WebShopEngine:
+               attributes_file: str | None = None, num_val: int = 200) -> WebShopEngine:
     return _cached_engine(num_products=num_products, seed=seed, goals_per_product=goals_per_product,
                           num_test=num_test, results_per_page=results_per_page, max_results=max_results,
-                          products_file=products_file, attributes_file=attributes_file)
+                          products_file=products_file, attributes_file=attributes_file, num_val=num_val)

@@ -1,9 +1,10 @@
-"""WebShop-style synthetic goals and the fixed train/test split.
+"""WebShop-style synthetic goals and the fixed train/val/test split.
 
 A goal names a target product's type, a few of its attributes, one value of each of its options and a
 price bound drawn from the multiples of 10 just above its price, as WebShop's synthetic goals do. The split
-depends only on the catalogue and the goal seed: test = the first `num_test` goals, train = the rest, so
-worker seeds or counts never change which goals are held out.
+depends only on the catalogue and the goal seed: test = the first `num_test` goals, val = the next `num_val`,
+train = the rest, so worker seeds or counts never change which goals are held out (and growing `num_val`
+never moves a test goal).
 """
 
 from __future__ import annotations
@@ -62,11 +63,14 @@ def generate_goals(products: list[dict[str, Any]], goals_per_product: int = 2, s
     return [Task(task_id=f"webshop-{i}", instruction=g["instruction_text"], goal=g) for i, g in enumerate(goals)]
 
 
-def split_goals(goals: list[Task], split: str, num_test: int) -> list[Task]:
+def split_goals(goals: list[Task], split: str, num_test: int, num_val: int = 0) -> list[Task]:
+    """test = goals[:num_test], val = goals[num_test:num_test + num_val], train = the rest; all = every goal."""
     if split == "test":
         return goals[:num_test]
+    if split == "val":
+        return goals[num_test:num_test + num_val]
     if split == "train":
-        return goals[num_test:]
+        return goals[num_test + num_val:]
     if split == "all":
         return list(goals)
-    raise ValueError(f"unknown split {split!r} (train, test, all)")
+    raise ValueError(f"unknown split {split!r} (train, val, test, all)")

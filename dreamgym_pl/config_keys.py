@@ -189,6 +189,7 @@ RULES: dict[str, Rule] = {
     "replay.dim": POS_INT,
     "replay.k": NONNEG_INT,
     "replay.exclude": one_of("task", "episode", "none"),
+    "replay.synthetic_demos": BOOL,
     "replay.overfetch": NONNEG_INT,
     "replay.capacity": POS_INT,
     "replay.max_size": nullable(POS_INT),

@@ -116,3 +116,22 @@ def test_minilm_embedder_offline():
     v = e.embed(["buy red lipstick", "purchase a red lipstick", "office chair with wheels"])
     assert v.shape == (3, 384) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     assert v[0] @ v[1] > v[0] @ v[2]
+
+
+def test_demos_show_synthetic_transitions_only_when_asked():
+    from dreamgym_pl.experience.format import ExperienceFormat
+    from dreamgym_pl.experience.module import demos_for
+
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=16)
+    real, synth = make_transitions(5, 1), make_transitions(5, 3)
+    for t in synth:
+        t.task.task_id = "s" + t.task.task_id
+    buf.add(real, "offline")
+    buf.add(synth, "synthetic")
+    probe = make_transitions(1, 3)[0]  # the same text as synth[0], another task
+    probe.task.task_id = "probe"
+    for exclude in ("task", "none", "episode"):
+        off = demos_for(buf, probe, ExperienceFormat(k=10, exclude=exclude))
+        on = demos_for(buf, probe, ExperienceFormat(k=10, exclude=exclude, synthetic_demos=True))
+        assert len(off) == 5 and not any(t.task.task_id.startswith("s") for t in off)
+        assert len(on) == 10 and on[0].task.task_id == "st0"  # the identical synthetic step ranks first

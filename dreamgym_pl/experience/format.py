@@ -46,6 +46,7 @@ class ExperienceFormat:
     reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
     exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
     overfetch: int = 4          # exclude=episode: extra neighbours retrieved so that k remain
+    synthetic_demos: bool = False  # retrieval may show the buffer's synthetic transitions (enrichment); else real only
     max_prompt_tokens: int = 768   # training prompts keep their last N tokens
     max_target_tokens: int = 256   # training targets keep their first N tokens
 

@@ -6,7 +6,7 @@ StepResults. Episodes end on `done`, on an unparseable output (an invalid transi
 reward 0, counted in `invalid_outputs`) or at `max_steps`. An action the current state does not offer (judged
 by the real env's `is_admissible` rule) follows `invalid_action`: `end` (a failure state with reward 0, the
 paper's rule), `stay` (the state is kept, as the real env does) or `model` (the model predicts). Fresh
-synthetic transitions enrich the buffer. The first observation of a task is the real env's initial
+synthetic transitions enrich the buffer (retrieved only with `fmt.synthetic_demos`, `replay.synthetic_demos`). The first observation of a task is the real env's initial
 observation, which needs no real interaction: it is a fixed function of the task.
 """
 
@@ -103,7 +103,7 @@ class SyntheticEnv:
         if self.buffer is not None and self.fmt.k > 0:
             keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
             exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
-            demos = self.buffer.query(keys, self.fmt.k, real_only=True, exclude_tasks=exclude)
+            demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude)
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
                    for j, i in enumerate(live)]

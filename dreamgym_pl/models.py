@@ -14,8 +14,10 @@ fresh adapter. Models that generate are placed on `generation_device(...)`, the 
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -80,12 +82,15 @@ def save_model(model: Any, tokenizer: Any, path: str | Path, merge_lora: bool = 
     for f in list(_WEIGHT_FILES) + [p.name for p in path.glob("model-*.safetensors")]:
         (path / f).unlink(missing_ok=True)
     if merge_lora and is_peft(model):
-        import copy
-
         model = copy.deepcopy(model).merge_and_unload()
-    elif is_peft(model) and not model.peft_config[model.active_adapter].base_model_name_or_path:
-        raise ValueError(f"{path}: a LoRA adapter over a model built in memory names no base to reload it from; "
-                         "save it merged (model.merge_lora=true)")
+    elif is_peft(model):
+        if not model.peft_config[model.active_adapter].base_model_name_or_path:
+            raise ValueError(f"{path}: a LoRA adapter over a model built in memory names no base to reload it from; "
+                             "save it merged (model.merge_lora=true)")
+        # the trained adapter only (not the frozen reference copy)
+        model.save_pretrained(path, safe_serialization=True, selected_adapters=[model.active_adapter])
+        tokenizer.save_pretrained(path)
+        return
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
 
@@ -119,6 +124,49 @@ def load_pretrained(path: str | Path, dtype: str = "float32", trust_remote_code:
     if lora and lora.get("enabled"):
         model = add_lora(model, lora)
     return model, tokenizer
+
+
+def base_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """A PeftModel's base weights in the base model's own names (LoRA layers left out, `base_layer` unwrapped):
+    what a LoRA-serving engine loads as its base, without copying the model."""
+    out = {}
+    for k, v in model.get_base_model().state_dict().items():
+        if "lora_" in k:
+            continue
+        out[k.replace(".base_layer.", ".")] = v
+    return out
+
+
+REFERENCE_ADAPTER = "reference"
+
+
+def add_reference_adapter(model: Any, source: Any | None = None) -> None:
+    """A frozen copy of `source`'s active LoRA adapter (default: `model`'s own, as it is now) added to `model` as
+    adapter "reference": the KL/DPO reference of a stage that starts from a kept adapter is the stage's starting
+    policy (base + that adapter), not the adapter-free base, at the cost of one more adapter."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    src = source if source is not None else model
+    name = model.active_adapter
+    if REFERENCE_ADAPTER not in model.peft_config:
+        model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(src.peft_config[src.active_adapter]))
+    weights = get_peft_model_state_dict(src, adapter_name=src.active_adapter)
+    set_peft_model_state_dict(model, {k: v.detach().clone() for k, v in weights.items()}, adapter_name=REFERENCE_ADAPTER)
+    model.set_adapter(name)  # the trained adapter stays the active, trainable one; the copy is frozen
+    for n, p in model.named_parameters():
+        if f".{REFERENCE_ADAPTER}." in n:
+            p.requires_grad_(False)
+
+
+@contextmanager
+def reference_adapter(model: Any) -> Iterator[Any]:
+    """`model` answering as its reference policy (adapter "reference" active) inside the block."""
+    name = model.active_adapter
+    model.set_adapter(REFERENCE_ADAPTER, inference_mode=True)
+    try:
+        yield model
+    finally:
+        model.set_adapter(name)
 
 
 def generation_device(accelerator: str, cuda_available: bool, local_rank: int = 0) -> torch.device:

@@ -98,7 +98,7 @@ def test_real_model_engines_use_training_prompt_caps(tmp_path, tiny):
     from dreamgym_pl.stages import Run
 
     model, tok = tiny
-    run = Run(compose(["env=webshop_tiny", "env.num_products=20", "env.num_test=5", "prompt.max_tokens=300",
+    run = Run(compose(["env=webshop_tiny", "env.num_products=20", "env.num_test=5", "env.num_val=5", "prompt.max_tokens=300",
                        "experience.max_prompt_tokens=200"]), tmp_path)
     assert run.engine_for("policy", model, tok).max_prompt_tokens == 300
     assert run.engine_for("experience", model, tok).max_prompt_tokens == 200

@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from dreamgym_pl.models import add_reference_adapter, is_peft, reference_adapter
 from dreamgym_pl.policy import losses
 from dreamgym_pl.policy.algos.base import Objective
 
@@ -34,7 +35,9 @@ class PolicyModule(L.LightningModule):
         self.weight_decay = weight_decay
         self.warmup_steps, self.total_steps = warmup_steps, total_steps
         self.ref_model = None
-        if objective.needs_reference and not hasattr(model, "disable_adapter"):  # LoRA: the adapter-free base
+        if objective.needs_reference and is_peft(model):  # LoRA: a frozen copy of the starting adapter
+            add_reference_adapter(model, ref_model)
+        elif objective.needs_reference:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
@@ -57,8 +60,8 @@ class PolicyModule(L.LightningModule):
         if self.ref_model is not None:
             yield self.ref_model
         else:
-            with self.model.disable_adapter():
-                yield self.model
+            with reference_adapter(self.model) as m:
+                yield m
 
     @torch.no_grad()
     def logprobs(self, batch: dict[str, torch.Tensor], reference: bool = False) -> torch.Tensor:

@@ -87,15 +87,18 @@ class VLLMEngine:
         self.sleep_mode = sleep_mode
         self.generated_tokens = 0
         self._dir = tempfile.mkdtemp(prefix="dreamgym_vllm_")
-        if self.use_lora:
-            base = model.get_base_model()
+        state = None
+        if self.use_lora:  # the base weights alone, in the base's names (the LoRA layers are not saved)
+            from dreamgym_pl.models import base_state_dict
+
+            base, state = model.get_base_model(), base_state_dict(model)
         elif _is_peft(model):
             import copy
 
             base = copy.deepcopy(model).merge_and_unload()  # the trainer's PEFT model stays unmerged
         else:
             base = model
-        base.save_pretrained(os.path.join(self._dir, "base"), safe_serialization=True)
+        base.save_pretrained(os.path.join(self._dir, "base"), safe_serialization=True, state_dict=state)
         tokenizer.save_pretrained(os.path.join(self._dir, "base"))
         kw: dict[str, Any] = dict(model=os.path.join(self._dir, "base"), gpu_memory_utilization=gpu_memory_utilization,
                                   enforce_eager=enforce_eager, max_model_len=max_model_len, dtype=dtype, seed=seed,
@@ -117,7 +120,7 @@ class VLLMEngine:
             from vllm.lora.request import LoRARequest
 
             path = os.path.join(self._dir, f"adapter_{self._version}")
-            model.save_pretrained(path)
+            model.save_pretrained(path, selected_adapters=[model.active_adapter])  # not the frozen reference
             self._lora_req = LoRARequest(f"policy_{self._version}", self._version, path)
             old = os.path.join(self._dir, f"adapter_{self._version - 2}")
             shutil.rmtree(old, ignore_errors=True)

@@ -25,7 +25,7 @@ class Objective:
     batch under the trained model and returns (loss, logs)."""
 
     name = "objective"
-    needs_reference = False   # a frozen copy of the starting policy (the adapter-disabled base under LoRA)
+    needs_reference = False   # a frozen copy of the starting policy (under LoRA: of its starting adapter)
     needs_value_head = False
     needs_hidden = False      # the forward pass returns hidden states (value head)
     critic_lr = 0.0

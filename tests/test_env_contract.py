@@ -167,11 +167,13 @@ def test_toy_env_runs_the_pipeline(tmp_path):
                    "sft.num_trajectories=20", "experience.max_steps=5", "experience.warmup_steps=1",
                    "experience.judge_steps=8", "experience.max_new_tokens=40", "experience.onpolicy_episodes=8", "synthetic_rl.synthetic_budget=24",
                    "synthetic_rl.tasks_per_iter=4", "algo.group_size=2", "algo.mini_batch_size=16",
-                   "algo.max_new_tokens=8", "curriculum.train_examples=10", "eval.num_goals=12", "eval.batch_size=12",
+                   "algo.max_new_tokens=8", "curriculum.train_examples=10", "eval.num_goals=12", "eval.val_goals=6", "eval.batch_size=12",
                    "eval.curve_every=0", "trainer.enable_progress_bar=false"])
     OmegaConf.update(cfg, "env", {"name": "counter", "max_steps": 5}, merge=False)
     m = run_pipeline(cfg, tmp_path)
     assert m["collect/oracle_success_rate"] == 1.0 and m["collect/random_success_rate"] < 1.0
     assert m["experience/judged_steps"] > 0 and m["synthetic_rl/synthetic_transitions"] >= 24
     assert 0.0 <= m["eval/success_rate"] <= 1.0 and m["eval/num_goals"] == 12
+    for stage in ("sft", "synthetic_rl", "eval"):
+        assert 0.0 <= m[f"{stage}/val_success_rate"] <= 1.0 and m[f"{stage}/val_num_goals"] == 6
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"]

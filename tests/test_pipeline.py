@@ -10,7 +10,7 @@ from tests.conftest import compose
 
 TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "env.num_products=100", "env.num_test=50", "env.num_val=20", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
-        "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8",
+        "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8", "eval.val_goals=4",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
         "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false"]
 
@@ -35,6 +35,9 @@ def test_grpo_pipeline_tiny(tmp_path):
     m = run_pipeline(cfg, tmp_path)
     for key in ("sft/test_success_rate", "rl/test_success_rate", "eval/success_rate", "rl/real_transitions"):
         assert key in m
+    for stage in ("sft", "rl", "eval"):  # validation next to test: what sweeps and defaults read
+        assert 0.0 <= m[f"{stage}/val_success_rate"] <= 1.0 and m[f"{stage}/val_num_goals"] == 4
+        assert m[f"{stage}/val_mean_score"] >= m[f"{stage}/val_success_rate"]
     assert m["rl/real_transitions"] >= 60
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
         + m["rl/real_transitions"]

@@ -74,7 +74,7 @@ class Run:
         the agent and experience-model formats."""
         from dreamgym_pl.curriculum import task_generation_prompt
 
-        texts: list[str] = [t.instruction for split in ("train", "test") for t in self.env.tasks(split)]
+        texts: list[str] = [t.instruction for split in ("train", "val", "test") for t in self.env.tasks(split)]
         if self.offline_path.exists():
             trajs = self.offline_trajectories()
         else:
@@ -165,14 +165,14 @@ class Run:
         return eng
 
     def evaluate(self, model: Any, tokenizer: Any, progress: str | bool = False,
-                 num_goals: int | None = None) -> dict[str, float]:
-        """The greedy policy on the first `num_goals` (default `eval.num_goals`) tasks of `eval.split`, one
-        episode each. Under data parallelism each rank plays its share and the counts are summed."""
+                 num_goals: int | None = None, split: str | None = None) -> dict[str, float]:
+        """The greedy policy on the first `num_goals` (default `eval.num_goals`) tasks of `split` (default
+        `eval.split`), one episode each. Under data parallelism each rank plays its share and the counts are summed."""
         from dreamgym_pl.rollout.actor import policy_actor
         from dreamgym_pl.rollout.collector import episode_sums, stats_from_sums
 
         n = self.cfg.eval.num_goals if num_goals is None else num_goals
-        tasks = dist.shard(self.env.tasks(self.cfg.eval.split)[:n])
+        tasks = dist.shard(self.env.tasks(split or self.cfg.eval.split)[:n])
         engine = self.engine_for("policy", model, tokenizer)
         actor = policy_actor(engine, self.prompt_cfg, self.env, 0.0, self.cfg.algo.max_new_tokens)
         trajs = run_episodes(self.env, tasks, actor, batch_size=self.cfg.eval.batch_size, source="eval",

@@ -21,13 +21,27 @@ log = logging.getLogger("dreamgym_pl")
 
 
 def finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, float]) -> None:
-    """Save the stage's policy, evaluate it on the test tasks, record `<stage>/test_*`, mark the stage done."""
+    """Save the stage's policy, evaluate it on the val tasks (`<stage>/val_*`, what tuning reads) and the test
+    tasks (`<stage>/test_*`, reported only), record both, mark the stage done."""
     rel = run.save_policy(module.model, module.tokenizer, stage)
+    val = val_metrics(run, module.model, module.tokenizer, stage)
     res = run.evaluate(module.model, module.tokenizer, progress=f"eval after {stage}")
-    run.record({**extra, f"{stage}/test_success_rate": res["success_rate"], f"{stage}/test_mean_score": res["mean_score"],
-                f"{stage}/test_invalid_action_rate": res["invalid_action_rate"]})
+    run.record({**extra, **val, f"{stage}/test_success_rate": res["success_rate"],
+                f"{stage}/test_mean_score": res["mean_score"], f"{stage}/test_invalid_action_rate": res["invalid_action_rate"]})
     log.info("%s: test success %.3f, mean score %.3f", stage, res["success_rate"], res["mean_score"])
     run.complete(stage, policy=rel)
+
+
+def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str) -> dict[str, float]:
+    """`<prefix>/val_success_rate`, `val_mean_score`, `val_num_goals`: the greedy policy on the first
+    `eval.val_goals` val tasks (the split sweeps and defaults are chosen on); {} when eval.val_goals is 0."""
+    n = int(run.cfg.eval.get("val_goals", 0) or 0)
+    if n <= 0:
+        return {}
+    res = run.evaluate(model, tokenizer, progress=f"val after {prefix}", num_goals=n, split="val")
+    log.info("%s: val success %.3f, mean score %.3f", prefix, res["success_rate"], res["mean_score"])
+    return {f"{prefix}/val_success_rate": res["success_rate"], f"{prefix}/val_mean_score": res["mean_score"],
+            f"{prefix}/val_num_goals": min(n, len(run.env.tasks("val")))}
 
 
 def algorithm(run: Run) -> RLAlgorithm:

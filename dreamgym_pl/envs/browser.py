@@ -156,6 +156,14 @@ def _close_all() -> None:
     _OPEN.clear()
 
 
+def registering_module(prefix: str) -> str:
+    """The module whose import registers a task family's gym ids: "browsergym/webarena." -> browsergym.webarena."""
+    family = prefix.split("/", 1)[-1].split(".", 1)[0]
+    if family not in ("miniwob", "webarena"):
+        raise ValueError(f"no BrowserGym task family for gym id prefix {prefix!r} (miniwob, webarena)")
+    return f"browsergym.{family}"
+
+
 class BrowserGymEnv:
     """One browser; episodes of BrowserGym tasks (the SingleEnv protocol)."""
 
@@ -169,10 +177,11 @@ class BrowserGymEnv:
         if self._env is not None and name == self._task_name:
             return
         self.close()
+        import importlib
+
         import gymnasium as gym
 
-        import browsergym.miniwob  # noqa: F401  (registers the tasks)
-
+        importlib.import_module(registering_module(self.prefix))  # registers the tasks in this worker process
         self._env = gym.make(self.prefix + name, headless=True, pre_observation_delay=0.0, slow_mo=0,
                              timeout=self.timeout_ms)
         self._task_name = name
@@ -327,11 +336,28 @@ def make_webarena(split_file: str | None = None, max_steps: int = 30, timeout_ms
                                 "({\"train\": [...647 ids], \"test\": [...165 ids]}) is required")
     ensure_browser()
     split = json.loads(Path(split_file).read_text())
-    mk = lambda ids, sp: [Task(task_id=f"webarena-{sp}-{i}", instruction=f"webarena task {i}",  # noqa: E731
-                               goal={"task": str(i), "seed": 0, "split": sp, "category": "webarena"}) for i in ids]
+    import importlib.resources
+
+    import webarena  # browsergym-webarena's dependency: the task configs
+
+    intents = webarena_intents(importlib.resources.files(webarena).joinpath("test.raw.json").read_text())
+    mk = lambda ids, sp: webarena_tasks(ids, sp, intents)  # noqa: E731
     train, val = webarena_train_val(split)
     return BrowserVecEnv(mk(train, "train"), mk(split["test"], "test"), max_steps, timeout_ms,
                          "browsergym/webarena.", workers, slots_per_worker, val=mk(val, "val"))
+
+
+def webarena_intents(configs_json: str) -> dict[str, str]:
+    """task id -> the task's own intent (its instruction), from WebArena's task configs (test.raw.json)."""
+    return {str(c["task_id"]): " ".join(str(c["intent"]).split()) for c in json.loads(configs_json)}
+
+
+def webarena_tasks(ids: Sequence, split: str, intents: dict[str, str]) -> list[Task]:
+    missing = [i for i in ids if str(i) not in intents]
+    if missing:
+        raise ValueError(f"env.split_file: task ids {missing[:5]} are not WebArena tasks (no config with that task_id)")
+    return [Task(task_id=f"webarena-{split}-{i}", instruction=intents[str(i)],
+                 goal={"task": str(i), "seed": 0, "split": split, "category": "webarena"}) for i in ids]
 
 
 def webarena_train_val(split: dict[str, list]) -> tuple[list, list]:

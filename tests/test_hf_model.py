@@ -182,3 +182,18 @@ def test_real_model_full_finetune(tmp_path, hf_folder):
         assert _same(probe.seen[st]["start"], probe.seen[prev]["end"])
     assert not _same(probe.seen["experience"]["start"], probe.seen["sft"]["end"])  # its own model, from the base
     assert 0.0 <= m["eval/success_rate"] <= 1.0
+
+
+def test_real_model_lora_sft_dpo_rl(tmp_path, hf_folder):
+    """The issue's failing command (rl after sft, adapters kept) with dpo between: each stage trains the adapter
+    the previous one saved, and its KL/DPO reference is that starting adapter (a frozen copy), not the base."""
+    probe = StageProbe()
+    m = run_pipeline(compose(["model=hf", f"model.name_or_path={hf_folder}", "stages=[collect,sft,dpo,rl,eval]", *SMALL,
+                              "rl.real_budget=16", "rl.tasks_per_iter=2", "dpo.batch_size=8", "dpo.max_pairs=8"]),
+                     tmp_path, callbacks=[probe])
+    _check_stages(probe, tmp_path, ["sft", "dpo", "rl"], "PeftModelForCausalLM", 0.5)
+    for prev, st in (("sft", "dpo"), ("dpo", "rl")):
+        assert _same(probe.seen[st]["start"], probe.seen[prev]["end"])
+        ref = {n.replace(".reference.", ".default."): p for n, p in probe.seen[st]["all_start"].items() if ".reference." in n}
+        assert _same(ref, probe.seen[prev]["end"])  # the reference adapter: the stage's starting adapter
+    assert m["rl/real_transitions"] >= 16 and 0.0 <= m["eval/success_rate"] <= 1.0

@@ -1,7 +1,8 @@
 """Optuna sweeps over the pipeline, driven directly (the Hydra Optuna sweeper plugin pins optuna < 3).
 
 A sweep spec (YAML, see sweeps/*.yaml) names the search space over config keys, the objective metric (a key
-of the run's metrics.json), the sampler and the pruner. Each trial composes the Hydra config with the spec's
+of the run's metrics.json measured on the validation split, e.g. `synthetic_rl/val_success_rate`: a test
+metric is refused, test is reported only), the sampler and the pruner. Each trial composes the Hydra config with the spec's
 overrides plus its sampled parameters and runs the pipeline in-process in its own directory
 `<out>/trial_NNNN`, so `tensorboard --logdir <out>` compares trials side by side. The study lives in SQLite:
 stopping a sweep and running the same command again continues it up to `n_trials` finished (complete or
@@ -38,7 +39,7 @@ class SweepSpecError(ValueError):
 class SweepSpec:
     study_name: str
     params: dict[str, dict[str, Any]]
-    metric: str = "eval/success_rate"
+    metric: str = "eval/val_success_rate"
     direction: str = "maximize"
     n_trials: int = 10
     overrides: list[str] = field(default_factory=list)
@@ -73,9 +74,19 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SweepSpecError(f"{path}: direction: must be maximize or minimize, got {spec.direction!r}")
     if not isinstance(spec.n_trials, int) or spec.n_trials < 1:
         raise SweepSpecError(f"{path}: n_trials: must be an integer >= 1, got {spec.n_trials!r}")
+    for key in ("metric", "prune_on"):
+        if is_test_metric(getattr(spec, key)):
+            raise SweepSpecError(f"{path}: {key}: {getattr(spec, key)!r} is measured on the test split; sweeps tune on "
+                                 f"the validation split (e.g. synthetic_rl/val_success_rate): test is reported only")
     make_sampler(spec.sampler, f"{path}: sampler")
     make_pruner(spec.pruner, f"{path}: pruner")
     return spec
+
+
+def is_test_metric(key: str) -> bool:
+    """`<stage>/test_*`, `test/*` (the RL curves) and `eval/*` other than `eval/val_*` (eval.split: test)."""
+    head, _, tail = str(key).partition("/")
+    return head == "test" or tail.startswith("test_") or (head == "eval" and not tail.startswith("val_"))
 
 
 def check_param(where: str, p: Any) -> None:

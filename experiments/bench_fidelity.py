@@ -72,6 +72,11 @@ def main() -> None:
     policy, tok = load_pretrained(ckpt, cfg.model.get("dtype", "float32"))
     algo = algorithm(run)
     tasks = unseen_train_tasks(run) if args.split == "train" else run.env.tasks(args.split)
+    if args.split == "val":  # a run made before the val split existed trained on today's val tasks
+        seen = {t.task.task_id for t in run.offline_trajectories()} & {t.task_id for t in tasks}
+        if seen:
+            sys.exit(f"--split val: the run's offline data covers {len(seen)} of the {len(tasks)} val tasks (the run "
+                     f"predates the val split); use --split train, or a run made with the val split")
     tasks = random.Random(args.seed).sample(tasks, min(args.tasks, len(tasks)))
     episodes = [t for t in tasks for _ in range(args.rollouts_per_task)]
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,

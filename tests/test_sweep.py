@@ -30,6 +30,13 @@ def _spec(tmp_path, **kw):
     ({"study_name": "s", "params": {"x": {"type": "categorical", "choices": []}}}, "params.x"),
     ({"study_name": "s", "params": {"x": {"type": "int", "low": 1, "high": 3}}, "sampler": {"name": "grid2"}}, "sampler.name"),
     ({"study_name": "s", "params": {"x": {"type": "int", "low": 1, "high": 3}}, "direction": "up"}, "direction"),
+    # tuning reads the validation split only: every test-split metric is refused, as objective or pruning signal
+    ({"study_name": "s", "params": {"x": {"type": "int", "low": 1, "high": 3}}, "metric": "rl/test_success_rate"},
+     "metric: 'rl/test_success_rate' is measured on the test split"),
+    ({"study_name": "s", "params": {"x": {"type": "int", "low": 1, "high": 3}}, "metric": "eval/success_rate"},
+     "metric: 'eval/success_rate' is measured on the test split"),
+    ({"study_name": "s", "params": {"x": {"type": "int", "low": 1, "high": 3}}, "prune_on": "test/success_rate"},
+     "prune_on: 'test/success_rate' is measured on the test split"),
 ])
 def test_bad_spec_names_the_key(tmp_path, spec, needle):
     with pytest.raises(SweepSpecError, match="spec.yaml") as e:
@@ -39,11 +46,14 @@ def test_bad_spec_names_the_key(tmp_path, spec, needle):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "sweeps").glob("*.yaml")))
 def test_shipped_specs_compose(path):
-    """Every shipped spec loads, and its overrides plus sampled values compose into a valid config."""
+    """Every shipped spec loads, optimises a validation metric, and its overrides plus sampled values compose into
+    a valid config that evaluates val goals."""
     spec = load_spec(path)
+    assert spec.metric.endswith("/val_success_rate")
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     params = suggest(study.ask(), spec.params)
     cfg = compose([*spec.overrides, *to_overrides(params)])
+    assert cfg.eval.val_goals > 0
     for k, v in params.items():
         assert cfg[k.split(".")[0]][k.split(".")[1]] == pytest.approx(v)
 
@@ -88,7 +98,7 @@ def sft_start(tmp_path_factory):
 def test_sweep_stop_and_resume(tmp_path, sft_start):
     """A 3-trial sweep stopped after 2 trials and resumed: 3 completed trials in SQLite, each with its own
     TensorBoard directory and hparams; a trial left running by a kill is marked failed on resume."""
-    spec = load_spec(_spec(tmp_path, study_name="t", metric="rl/test_success_rate", n_trials=3,
+    spec = load_spec(_spec(tmp_path, study_name="t", metric="rl/val_success_rate", n_trials=3,
                            sampler={"name": "random", "seed": 0}, pruner={"name": "none"},
                            overrides=["stages=[collect,sft,rl]", *TINY, "rl.real_budget=24", "eval.curve_every=1",
                                       "eval.curve_goals=4"],

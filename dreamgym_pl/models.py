@@ -56,6 +56,33 @@ def build_tiny_llama(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 256,
     return LlamaForCausalLM(cfg)
 
 
+def write_hf_checkpoint(folder: str | Path, texts: Iterable[str], vocab_size: int = 1500, hidden_size: int = 32,
+                        num_layers: int = 1, num_heads: int = 2, intermediate_size: int = 64,
+                        max_positions: int = 2048, seed: int = 0) -> Path:
+    """A small checkpoint in the shape of a downloaded one (random weights), for tests and the GPU check:
+    a byte-level BPE tokenizer trained on `texts` (the kind Llama/Qwen ship) and a Llama with untied embeddings,
+    both written with `save_pretrained` to `folder`; load it with `model=hf model.name_or_path=<folder>`."""
+    from tokenizers import decoders
+
+    folder = Path(folder)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|pad|>", "<|begin|>", "<|end|>"]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], bos_token=specials[1],
+                                   eos_token=specials[2])
+    fast.save_pretrained(folder)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                      num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
+                      max_position_embeddings=max_positions, tie_word_embeddings=False,
+                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
 def num_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

@@ -1,4 +1,4 @@
-"""One short GPU check (about 10 minutes on one GPU): vLLM vs HF rollout throughput, vLLM weight sync, and a
+"""One short GPU check (a few minutes on one GPU): vLLM vs HF rollout throughput, vLLM weight sync, and a
 few DeepSpeed ZeRO-2 steps, on a random-weight Llama (~110M parameters) with a word tokenizer trained here.
 
     bash scripts/gpu_check.sh            # installs the [gpu] extra, then runs this
@@ -140,6 +140,13 @@ def main() -> None:
     print("| check | value |\n|---|---|")
     for k, v in res.items():
         print(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |")
+    verdicts = {"hf_generate": "hf_tokens_per_s" in res, "vllm_generate": "vllm_tokens_per_s" in res,
+                # 16 greedy tokens in bf16: vLLM's summed log-prob within 1 nat of HF's after the sync
+                "vllm_weight_sync": res.get("sync_abs_diff", float("inf")) < 1.0,
+                "vllm_sleep_wake": res.get("sleep_wake_ok") is True,
+                "deepspeed_zero2_steps": res.get("deepspeed_zero2_steps") == 20}
+    for k, ok in verdicts.items():
+        print(f"{'PASS' if ok else 'FAIL'} {k}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import lightning as L
 import pytest
 import torch
 
-from dreamgym_pl.models import load_pretrained
+from dreamgym_pl.models import load_pretrained, write_hf_checkpoint
 from dreamgym_pl.pipeline import run_pipeline
 from tests.conftest import compose
 from tests.test_pipeline import EXP
@@ -33,40 +33,14 @@ SMALL = ["conf=webshop_s2r", "model.dtype=float32", "model.lora.r=4", "model.lor
 POLICY_CHAIN = ["sft", "synthetic_rl", "s2r"]  # each starts from the one before
 
 
-def _tokenizer(texts, folder):
-    """A byte-level BPE tokenizer (the kind real Llama/Qwen checkpoints ship) trained on `texts`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    specials = ["<|pad|>", "<|begin|>", "<|end|>"]
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=1500, special_tokens=specials,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], bos_token=specials[1],
-                                   eos_token=specials[2])
-    fast.save_pretrained(folder)
-    return fast
-
-
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
-    """<folder>/config.json + model.safetensors + tokenizer files, as a downloaded checkpoint would be."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    """<folder>/config.json + model.safetensors + tokenizer files, as a downloaded checkpoint would be: a
+    byte-level BPE tokenizer trained on the env's text (`Run.tokenizer_corpus`), a random-weight Llama."""
     from dreamgym_pl.stages import Run
 
-    folder = tmp_path_factory.mktemp("hf_llama")
     run = Run(compose(["conf=webshop_s2r", *SMALL[4:8]]), tmp_path_factory.mktemp("corpus_run"))
-    tok = _tokenizer(run.tokenizer_corpus(), folder)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
-                      tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
-    LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
-    return folder
+    return write_hf_checkpoint(tmp_path_factory.mktemp("hf_llama"), run.tokenizer_corpus())
 
 
 class StageProbe(L.Callback):

@@ -228,14 +228,15 @@ def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[st
 
     tiny: tokenizer trained on `corpus` (keeping `atomic_words` whole) and a fresh Llama, cached in
     <run dir>/checkpoints/base;
-    otherwise `from_pretrained(name_or_path)` (+ LoRA when `model.lora.enabled`)."""
+    otherwise `from_pretrained(name_or_path)`; either + LoRA when `model.lora.enabled`."""
     name = model_cfg["name_or_path"]
     if name != "tiny":  # real models load from their own path; nothing is copied into the run dir
         return load_pretrained(name, model_cfg.get("dtype", "bfloat16"), bool(model_cfg.get("trust_remote_code", False)),
                                lora=model_cfg.get("lora"))
     base = Path(run_dir) / "checkpoints" / "base"
+    lora = model_cfg.get("lora")  # tiny with LoRA: the saved base + an adapter, as a real model
     if (base / "config.json").exists():
-        return load_pretrained(base, "float32")
+        return load_pretrained(base, "float32", lora=lora)
     if corpus is None:
         raise ValueError("model.name_or_path=tiny needs a text corpus to train its tokenizer")
     tok = train_word_tokenizer(corpus, int(model_cfg.get("vocab_size", 8000)), atomic_words)
@@ -243,4 +244,4 @@ def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[st
                              int(model_cfg["num_heads"]), int(model_cfg["intermediate_size"]),
                              int(model_cfg["max_positions"]), seed)
     save_model(model, tok, base)
-    return load_pretrained(base, "float32")
+    return load_pretrained(base, "float32", lora=lora)

@@ -171,3 +171,13 @@ def test_real_model_lora_sft_dpo_rl(tmp_path, hf_folder):
         ref = {n.replace(".reference.", ".default."): p for n, p in probe.seen[st]["all_start"].items() if ".reference." in n}
         assert _same(ref, probe.seen[prev]["end"])  # the reference adapter: the stage's starting adapter
     assert m["rl/real_transitions"] >= 16 and 0.0 <= m["eval/success_rate"] <= 1.0
+
+
+def test_real_model_tiny_with_lora(tmp_path):
+    """The embedded tiny model with model.lora.enabled=true trains adapters over its saved base like a real one."""
+    probe = StageProbe()
+    tiny = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64"]
+    run_pipeline(compose(["stages=[collect,sft,rl,eval]", *SMALL[4:], *tiny, "model.lora.enabled=true",
+                          "rl.real_budget=16", "rl.tasks_per_iter=2"]), tmp_path, callbacks=[probe])
+    _check_stages(probe, tmp_path, ["sft", "rl"], "PeftModelForCausalLM", 0.5)
+    assert _same(probe.seen["rl"]["start"], probe.seen["sft"]["end"])

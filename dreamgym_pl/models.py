@@ -198,18 +198,18 @@ def reference_adapter(model: Any) -> Iterator[Any]:
 
 def generation_device(accelerator: str, cuda_available: bool, local_rank: int = 0) -> torch.device:
     """Where models that generate live: the trainer's device (`trainer.accelerator`), so that HF `generate`
-    does not run on the CPU of a GPU node. cpu -> cpu; gpu/cuda -> cuda:<local rank> (an error without CUDA);
-    auto -> cuda:<local rank> when CUDA is available, else cpu."""
+    does not run on the CPU of a GPU node. cpu -> cpu, mps -> mps; gpu/cuda -> cuda:<local rank> (an error
+    without CUDA); auto -> cuda:<local rank> when CUDA is available, else cpu."""
     acc = str(accelerator or "auto").lower()
-    if acc == "cpu":
-        return torch.device("cpu")
+    if acc in ("cpu", "mps"):
+        return torch.device(acc)
     if acc in ("gpu", "cuda") and not cuda_available:
         raise RuntimeError(f"trainer.accelerator={acc}: no CUDA device is visible (use trainer=cpu)")
     if acc in ("gpu", "cuda", "auto") and cuda_available:
         return torch.device("cuda", local_rank)
     if acc == "auto":
         return torch.device("cpu")
-    raise ValueError(f"trainer.accelerator: {accelerator!r} has no generation device (cpu, gpu, cuda or auto)")
+    raise ValueError(f"trainer.accelerator: {accelerator!r} has no generation device (cpu, mps, gpu, cuda or auto)")
 
 
 def add_lora(model: Any, lora: dict[str, Any]) -> Any:

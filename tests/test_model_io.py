@@ -35,6 +35,7 @@ def _lora(model):
 
 def test_real_model_generation_device_follows_trainer():
     assert generation_device("cpu", cuda_available=True) == torch.device("cpu")
+    assert generation_device("mps", cuda_available=False) == torch.device("mps")
     assert generation_device("gpu", cuda_available=True, local_rank=1) == torch.device("cuda", 1)
     assert generation_device("cuda", cuda_available=True) == torch.device("cuda", 0)
     assert generation_device("auto", cuda_available=True, local_rank=2) == torch.device("cuda", 2)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from dreamgym_pl import config as config_checks
 from dreamgym_pl import dist
 from dreamgym_pl.stages import STAGES, Run
+from dreamgym_pl.stages.resume import seed_stage
 
 log = logging.getLogger("dreamgym_pl")
 
@@ -33,6 +34,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
             log.info("stage %s: already completed, skipped (resume)", stage)
             continue
         log.info("stage %s: start", stage)
+        seed_stage(cfg.seed, stage)
         t0 = time.perf_counter()
         STAGES[stage](run)
         dist.barrier()  # every rank finishes a stage (and rank 0 its files) before the next one starts

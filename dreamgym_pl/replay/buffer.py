@@ -20,7 +20,7 @@ import numpy as np
 
 from dreamgym_pl.core import Transition, from_dict, iter_jsonl, to_dict, write_jsonl
 from dreamgym_pl.replay.embed import Embedder
-from dreamgym_pl.run import VersionedDir, read_json
+from dreamgym_pl.run import CorruptFileError, VersionedDir, read_json, reading
 
 
 def transition_key(task_instruction: str, state_text: str, action: str) -> str:
@@ -141,17 +141,22 @@ class ReplayBuffer:
         store.commit(vdir)
 
     @classmethod
-    def load(cls, path: str | Path, embedder: Embedder) -> "ReplayBuffer":
-        vdir = VersionedDir(path).current()
+    def load(cls, path: str | Path, embedder: Embedder, fix: str | None = None) -> "ReplayBuffer":
+        """The saved buffer; a damaged file raises CorruptFileError naming it and `fix` (what to do)."""
+        store = VersionedDir(path, fix=fix)
+        vdir = store.current()
         if vdir is None:
-            raise FileNotFoundError(f"{path}: no saved replay buffer (CURRENT missing)")
-        meta = read_json(vdir / "meta.json")
+            raise CorruptFileError(f"{path}: no saved replay buffer (CURRENT missing); {store.fix}")
+        meta = read_json(vdir / "meta.json", store.fix, keys=("dim", "max_elements"))
         if meta["dim"] != embedder.dim:
             raise ValueError(f"{vdir}: saved with embedding dim {meta['dim']}, embedder has {embedder.dim}")
         buf = cls(embedder, capacity=max(1, meta["max_elements"]), max_size=meta.get("max_size"))
-        buf.index.load_index(str(vdir / "index.bin"), max_elements=max(1, meta["max_elements"]))
+        with reading(vdir / "index.bin", store.fix):
+            buf.index.load_index(str(vdir / "index.bin"), max_elements=max(1, meta["max_elements"]))
         buf.index.set_ef(buf.ef_search)
-        for i, row in enumerate(iter_jsonl(vdir / "entries.jsonl")):
+        with reading(vdir / "entries.jsonl", store.fix):
+            rows = list(iter_jsonl(vdir / "entries.jsonl"))
+        for i, row in enumerate(rows):
             t = from_dict(Transition, row["t"]) if row["t"] is not None else None
             buf.items.append(t)
             buf.sources.append(row["source"])

@@ -8,7 +8,13 @@ two RL events: `on_rollout_iteration_start(trainer, module, datamodule)` before 
 (checkpoints) and `on_rollouts_end(trainer, module, datamodule, trajs, logs)` after them, before the
 iteration's updates (test curves, text samples, curriculum logs; a callback may add to `logs`).
 Note: Lightning fetches one batch ahead, so an iteration's rollouts start while the previous iteration's
-last mini-batch is still to be trained on.
+last mini-batch is still to be trained on. Checkpoints therefore come after an iteration's last mini-batch is
+trained (`RLCheckpoint.on_train_batch_end`): the weights have every update of iteration N, while this module's
+counters, the replay buffer and the curriculum are already past the rollouts of N+1, whose untrained
+mini-batches (`pending`) go into the checkpoint too. A resumed stage yields them first (`resume_batches`) and
+then goes on: with every iteration's random streams a function of (seed, iteration), the resumed stage redoes
+exactly what the killed one did after the checkpoint (the transitions it consumed are consumed again, and
+counted once).
 """
 
 from __future__ import annotations
@@ -39,7 +45,12 @@ def iteration_rng(seed: int, iteration: int, stream: int) -> random.Random:
     return random.Random(seed * stream + iteration)
 
 
-TASK_STREAM, SHUFFLE_STREAM = 100003, 7919  # distinct primes: the two streams never coincide
+TASK_STREAM, SHUFFLE_STREAM, TORCH_STREAM = 100003, 7919, 104729  # distinct primes: the streams never coincide
+
+
+def seed_iteration(seed: int, iteration: int) -> None:
+    """Seed torch (policy sampling, the synthetic env's sampling) for one iteration's rollouts."""
+    torch.manual_seed(iteration_rng(seed, iteration, TORCH_STREAM).randrange(2 ** 62))
 
 
 class _Batches(IterableDataset):
@@ -71,7 +82,14 @@ class RolloutDataModule(L.LightningDataModule):
         self.iteration = 0
         self.history: list[dict[str, float]] = []
         self.rank_log: list[list[str]] = []  # task ids this rank rolled out, per iteration
-        self.last: list[Trajectory] | None = None  # this process's latest iteration (None right after a resume)
+        self.last: list[Trajectory] | None = None  # the latest iteration's trajectories (the curriculum learns from them)
+        # mini-batches of the iteration being trained, in yield order, with their iteration (None when done), and
+        # (iteration, is last) of every yielded batch not yet trained (RLCheckpoint pops them)
+        self.pending: list[dict[str, torch.Tensor]] | None = None
+        self.pending_iteration = -1
+        self.marks: list[tuple[int, bool]] = []
+        self.resume_batches: list[dict[str, torch.Tensor]] | None = None  # a checkpoint's pending batches
+        self.resume_logs: dict[str, float] = {}
 
     # ----- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -79,10 +97,14 @@ class RolloutDataModule(L.LightningDataModule):
                 "rollout_s": self.rollout_s}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Counters; with a checkpoint's `pending` mini-batches (yielded first), `pending_logs` and `last`."""
         self.consumed = int(state["consumed"])
         self.iteration = int(state["iteration"])
         self.history = list(state.get("history", []))
         self.rollout_s = float(state.get("rollout_s", 0.0))
+        self.resume_batches = state.get("pending")
+        self.resume_logs = dict(state.get("pending_logs") or {})
+        self.last = state.get("last")
 
     @property
     def exhausted(self) -> bool:
@@ -102,8 +124,13 @@ class RolloutDataModule(L.LightningDataModule):
         engine = self.engine_factory(module.model, module.tokenizer)
         c = self.algo.cfg
         actor = policy_actor(engine, self.prompt_cfg, self.action_env, c.temperature, c.max_new_tokens, c.top_p)
+        if self.resume_batches is not None:  # the checkpoint's iteration whose rollouts were made before it
+            seq, self.resume_batches = self.resume_batches, None
+            module.pending_logs = dict(self.resume_logs)
+            yield from self._yield(seq, self.iteration - 1)
         while not self.exhausted:
             self._notify("on_rollout_iteration_start")
+            seed_iteration(self.seed, self.iteration)
             rng = iteration_rng(self.seed, self.iteration, SHUFFLE_STREAM)
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
@@ -119,11 +146,19 @@ class RolloutDataModule(L.LightningDataModule):
             self.history.append(dict(logs))
             self.iteration += 1
             self.last = trajs
+            seq = []
             for _ in range(c.ppo_epochs):
                 order = list(range(len(batches)))
                 rng.shuffle(order)
-                for j in order:
-                    yield batches[j]
+                seq += [batches[j] for j in order]
+            yield from self._yield(seq, self.iteration - 1)
+        self.pending = None
+
+    def _yield(self, seq: list[dict[str, torch.Tensor]], iteration: int) -> Iterator[dict[str, torch.Tensor]]:
+        self.pending, self.pending_iteration = seq, iteration
+        for i, b in enumerate(seq):
+            self.marks.append((iteration, i == len(seq) - 1))
+            yield b
 
     def next_tasks(self) -> list[Task]:
         """This rank's tasks of the iteration. The iteration's task list is the same on every rank: uniform

@@ -10,19 +10,31 @@ import lightning as L
 
 
 class RLCheckpoint(L.Callback):
-    """Restores the optimizer of a resumed stage, and saves a checkpoint every `every` iterations (at the start
-    of an iteration, not the first one of this process) through `save(module, datamodule state)`."""
+    """Restores the optimizer and lr schedule of a resumed stage, and saves a checkpoint through
+    `save(module, datamodule)` every `every` iterations, once the iteration's last mini-batch is trained.
 
-    def __init__(self, save: Callable[[Any, dict], None], every: int, resume_state: dict | None = None):
+    Lightning fetches a batch ahead: when iteration N's last mini-batch is trained, the rollouts of N+1 are
+    done and its first mini-batch is fetched. So a checkpoint holds the weights after N and the data module
+    after the rollouts of N+1 with N+1's mini-batches, none of them trained yet (see RolloutDataModule)."""
+
+    def __init__(self, save: Callable[[Any, Any], None], every: int, resume_state: dict | None = None):
         self.save, self.every, self.resume_state = save, every, resume_state
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.resume_state and self.resume_state.get("optimizer") is not None:
-            trainer.optimizers[0].load_state_dict(self.resume_state["optimizer"])
+        st = self.resume_state or {}
+        if st.get("optimizer") is not None:
+            trainer.optimizers[0].load_state_dict(st["optimizer"])
+        if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
+            trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
 
-    def on_rollout_iteration_start(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any) -> None:
-        if self.every and dm.iteration % self.every == 0 and dm.last is not None:
-            self.save(pl_module, dm.state_dict())
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        dm = trainer.datamodule
+        iteration, last = dm.marks.pop(0)
+        # (the generator done, no batch of a later iteration pending: the stage is ending and saves itself)
+        if last and self.every and (iteration + 1) % self.every == 0 and dm.pending is not None \
+                and dm.pending_iteration > iteration:
+            self.save(pl_module, dm)
 
 
 class RolloutSamples(L.Callback):

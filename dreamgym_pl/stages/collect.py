@@ -32,5 +32,4 @@ def run_stage(run: Run) -> None:
     if dist.is_main():
         write_jsonl(run.offline_path, transitions)
     run.record({"collect/real_transitions": len(transitions)})
-    run.add_budget("real_transitions", len(transitions))
     run.complete("collect")

@@ -17,7 +17,7 @@ from dreamgym_pl.envs.base import make_vec_env
 from dreamgym_pl.experience import format as experience_format
 from dreamgym_pl.rollout.collector import run_episodes
 from dreamgym_pl.rollout.prompts import PROMPT_WORDS, PromptConfig
-from dreamgym_pl.run import atomic_write_json, read_json
+from dreamgym_pl.run import atomic_write_json, read_json, reading
 
 log = logging.getLogger("dreamgym_pl")
 
@@ -33,10 +33,11 @@ class Run:
         self.metrics: dict[str, float] = {}
         self.state: dict[str, Any] = {"completed": [], "policy": None}
         if cfg.resume:
+            fix = "rerun with resume=false (starts the run over), or delete it to redo every stage in this folder"
             if (self.dir / "stages.json").exists():
-                self.state = read_json(self.dir / "stages.json")
+                self.state = read_json(self.dir / "stages.json", fix, keys=("completed", "policy"))
             if (self.dir / "metrics.json").exists():
-                self.metrics = read_json(self.dir / "metrics.json")
+                self.metrics = read_json(self.dir / "metrics.json", fix)
         env_kwargs = {k: v for k, v in OmegaConf.to_container(cfg.env, resolve=True).items() if k != "name"}
         self.env = make_vec_env(cfg.env.name, **env_kwargs)
         self.prompt_cfg = PromptConfig(**OmegaConf.to_container(cfg.prompt, resolve=True),
@@ -49,12 +50,16 @@ class Run:
         return Path(self.cfg.offline_file) if self.cfg.get("offline_file") else self.dir / "offline" / "transitions.jsonl"
 
     def record(self, values: dict[str, float]) -> None:
+        """Stage metrics; `budget/<kind>` is re-derived as the sum of every stage's `.../*<kind>` counter, so a
+        stage that is killed and redone never counts twice (kinds: real_transitions, synthetic_transitions,
+        real_resets; e.g. budget/real_transitions adds experience/policy_real_transitions)."""
         self.metrics.update({k: float(v) for k, v in values.items()})
+        for kind in ("real_transitions", "synthetic_transitions", "real_resets"):
+            parts = [v for k, v in self.metrics.items() if not k.startswith("budget/") and k.endswith(kind)]
+            if parts:
+                self.metrics[f"budget/{kind}"] = float(sum(parts))
         if dist.is_main():  # every rank keeps the metrics; rank 0 writes them
             atomic_write_json(self.dir / "metrics.json", self.metrics)
-
-    def add_budget(self, key: str, n: float) -> None:
-        self.record({f"budget/{key}": self.metrics.get(f"budget/{key}", 0.0) + float(n)})
 
     def complete(self, stage: str, policy: str | None = None) -> None:
         if stage not in self.state["completed"]:
@@ -65,7 +70,10 @@ class Run:
             atomic_write_json(self.dir / "stages.json", self.state)
 
     def offline_trajectories(self) -> list[Trajectory]:
-        return group_trajectories(read_jsonl(self.offline_path, Transition))
+        fix = ("rerun with resume=false (collect makes it again)" if not self.cfg.get("offline_file")
+               else "check offline_file")
+        with reading(self.offline_path, fix):
+            return group_trajectories(read_jsonl(self.offline_path, Transition))
 
     # ----- models --------------------------------------------------------------------------------
     def tokenizer_corpus(self) -> list[str]:

@@ -6,6 +6,7 @@ from dreamgym_pl.policy.algos.dpo import DPO, dpo_loader, dpo_pairs
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.policy import finish_policy_stage
+from dreamgym_pl.stages.resume import fit
 
 
 def run_stage(run: Run) -> None:
@@ -16,5 +17,5 @@ def run_stage(run: Run) -> None:
         raise RuntimeError("dpo: no (successful, failed) pairs of the same task in the offline data")
     module = PolicyModule(model, tok, DPO(c.beta), lr=c.lr)
     loader = dpo_loader(pairs, module, run.prompt_cfg, c.batch_size, run.cfg.seed)
-    run.trainer("dpo", max_epochs=c.epochs).fit(module, loader)
+    fit(run, "dpo", module, loader, epochs=c.epochs)  # (the reference stays the starting policy on resume)
     finish_policy_stage(run, "dpo", module, {"dpo/pairs": len(pairs)})

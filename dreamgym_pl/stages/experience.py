@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 from dreamgym_pl import dist
@@ -14,6 +15,7 @@ from dreamgym_pl.curriculum import task_generation_prompt
 from dreamgym_pl.experience.annotate import annotate
 from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
 from dreamgym_pl.policy.samples import StepSample
+from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
 
 log = logging.getLogger("dreamgym_pl")
@@ -27,14 +29,18 @@ def experience_format(run: Run) -> ExperienceFormat:
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
-def load_replay(run: Run, fresh: bool = False):
-    """The run's replay buffer (replay/), or an empty one (always with `fresh`)."""
+def load_replay(run: Run, fresh: bool = False, path: Path | None = None, fix: str | None = None):
+    """The run's replay buffer (replay/, or `path`), or an empty one (always with `fresh`); a damaged saved
+    buffer raises CorruptFileError saying `fix`."""
     from dreamgym_pl.replay.buffer import ReplayBuffer
     from dreamgym_pl.replay.embed import make_embedder
 
     emb = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim)
-    if not fresh and (run.dir / "replay" / "CURRENT").exists():
-        return ReplayBuffer.load(run.dir / "replay", emb)
+    path = path or run.dir / "replay"
+    if path != run.dir / "replay" or (not fresh and (path / "CURRENT").exists()):
+        return ReplayBuffer.load(path, emb, fix or f"rerun with resume=false (the replay buffer is made by the "
+                                                   f"experience stage: or delete {path} and drop experience and "
+                                                   f"the stages after it from stages.json's completed list)")
     return ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
 
 
@@ -122,7 +128,6 @@ def policy_offline_data(run: Run) -> list:
         write_jsonl(path, transitions)
     run.record({"experience/policy_real_transitions": len(transitions),
                 "experience/policy_success_rate": sum(t.success for t in trajs) / max(1, len(trajs))})
-    run.add_budget("real_transitions", len(transitions))
     return group_trajectories(transitions)
 
 
@@ -152,7 +157,6 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
                     run.cfg.experience.max_new_tokens)
     used = sum(len(t.transitions) for t in real)
-    run.add_budget("real_transitions", used)
     # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
     return {"experience/real_transitions": used, **{f"experience/onpolicy_{k.split('/', 1)[1]}": v
                                                     for k, v in res.items() if math.isfinite(v)}}
@@ -194,9 +198,10 @@ def run_stage(run: Run) -> None:
                     lengths["max_len"], lengths["p95_len"])
     module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps)
     by_steps = e.max_steps > 0
-    run.trainer("experience", max_epochs=-1 if by_steps else e.epochs, max_steps=e.max_steps if by_steps else -1,
-                gradient_clip_val=e.grad_clip, val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
-                check_val_every_n_epoch=None if by_steps else 1).fit(module, train_dl, val_dl)
+    fit(run, "experience", module, train_dl, val_dl, max_steps=e.max_steps, epochs=e.epochs, gradient_clip_val=e.grad_clip,
+        val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
+        check_val_every_n_epoch=None if by_steps else 1)
+    seed_stage(run.cfg.seed, "experience/after-training")  # what follows draws the same after a resumed training
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps,
                       max_new_tokens=e.max_new_tokens)

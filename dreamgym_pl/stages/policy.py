@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -14,7 +15,8 @@ from omegaconf import OmegaConf
 
 from dreamgym_pl import dist
 from dreamgym_pl.policy.algos import RLAlgorithm, rl_algorithm
-from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json
+from dreamgym_pl.core import Trajectory, from_dict, iter_jsonl, write_jsonl
+from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json, reading
 from dreamgym_pl.stages.context import Run
 
 log = logging.getLogger("dreamgym_pl")
@@ -50,43 +52,71 @@ def algorithm(run: Run) -> RLAlgorithm:
 
 # ----- RL checkpoints -------------------------------------------------------------------------------
 def checkpoints(run: Run, stage: str) -> VersionedDir:
-    return VersionedDir(run.dir / "checkpoints" / stage / "resume", prefix="it")
+    root = run.dir / "checkpoints" / stage / "resume"
+    return VersionedDir(root, prefix="it", fix=f"delete {root} to restart {stage} from its start (the stages before "
+                                                  f"it stay done), or rerun with resume=false")
 
 
-def save_rl_checkpoint(run: Run, stage: str, module: Any, state: dict, extra: Callable[[], None] | None = None) -> None:
-    """Weights, optimizer, value head and the data module's counters in a new version folder, then `extra()`
-    (replay buffer, curriculum), then the pointer swap that publishes the version."""
+def save_rl_checkpoint(run: Run, stage: str, module: Any, dm: Any, extra: Callable[[Path], None] | None = None) -> None:
+    """One commit point: weights, optimizer, lr schedule and value head (none of them for `module=None`: the
+    stage's start), the data module's counters, its untrained mini-batches and last trajectories, and
+    `extra(version folder)` (replay buffer, curriculum) all go into one new version folder, which one pointer
+    swap publishes. A kill before the swap leaves the previous version whole."""
     from dreamgym_pl.models import save_model
 
     if not dist.is_main():
         return
     store = checkpoints(run, stage)
-    vdir = store.new(int(state["iteration"]))
-    save_model(module.model, module.tokenizer, vdir)
-    torch.save(module.trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
-    if module.value_head is not None:
-        torch.save(module.value_head.state_dict(), vdir / "value_head.pt")
+    vdir = store.new(int(dm.iteration))
+    state = dm.state_dict()
+    if module is not None:
+        save_model(module.model, module.tokenizer, vdir / "model")
+        torch.save(module.trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
+        if module.trainer.lr_scheduler_configs:
+            torch.save(module.trainer.lr_scheduler_configs[0].scheduler.state_dict(), vdir / "scheduler.pt")
+        if module.value_head is not None:
+            torch.save(module.value_head.state_dict(), vdir / "value_head.pt")
+        state["pending_logs"] = dict(module.pending_logs)
+    if dm.pending is not None and dm.pending_iteration == dm.iteration - 1:
+        torch.save(dm.pending, vdir / "pending.pt")
+    if dm.last is not None:
+        write_jsonl(vdir / "last_trajectories.jsonl", dm.last)
     atomic_write_json(vdir / "stream.json", state)
     if extra:
-        extra()
+        extra(vdir)
     store.commit(vdir)
 
 
 def load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
-    """(model, tokenizer, saved state) from the stage's last checkpoint when resuming, else the current policy."""
+    """(model, tokenizer, saved state) from the stage's last checkpoint when resuming, else the current policy.
+    Everything comes from one version folder; `state["dir"]` is it (the caller's extras live there too)."""
     from dreamgym_pl.models import load_pretrained
 
-    vdir = checkpoints(run, stage).current() if run.cfg.resume else None
-    if vdir is not None:
-        model, tok = load_pretrained(vdir, run.cfg.model.get("dtype", "float32"))
-        state = read_json(vdir / "stream.json")
-        state["optimizer"] = torch.load(vdir / "optimizer.pt", weights_only=True)
-        vh = vdir / "value_head.pt"
-        state["value_head"] = torch.load(vh, weights_only=True) if vh.exists() else None
-        log.info("%s: resuming from iteration %d (%d transitions consumed)", stage, state["iteration"], state["consumed"])
-        return model, tok, state
-    model, tok = run.load_policy()
-    return model, tok, None
+    store = checkpoints(run, stage)
+    vdir = store.current() if run.cfg.resume else None
+    if vdir is None:
+        model, tok = run.load_policy()
+        return model, tok, None
+    fix = store.fix
+    state = read_json(vdir / "stream.json", fix, keys=("iteration", "consumed"))
+    state["dir"] = vdir
+
+    def load(name: str) -> Any:
+        with reading(vdir / name, fix):
+            return torch.load(vdir / name, weights_only=True) if (vdir / name).exists() else None
+
+    if (vdir / "model").is_dir():
+        with reading(vdir / "model", fix):
+            model, tok = load_pretrained(vdir / "model", run.cfg.model.get("dtype", "float32"))
+    else:  # the stage's start: no update made yet
+        model, tok = run.load_policy()
+    for key in ("optimizer", "scheduler", "value_head", "pending"):
+        state[key] = load(f"{key}.pt")
+    last = vdir / "last_trajectories.jsonl"
+    with reading(last, fix):
+        state["last"] = [from_dict(Trajectory, d) for d in iter_jsonl(last)] if last.exists() else None
+    log.info("%s: resuming from iteration %d (%d transitions consumed)", stage, state["iteration"], state["consumed"])
+    return model, tok, state
 
 
 def rl_module(run: Run, model: Any, tok: Any, algo: RLAlgorithm, state: dict | None):
@@ -94,9 +124,8 @@ def rl_module(run: Run, model: Any, tok: Any, algo: RLAlgorithm, state: dict | N
 
     # on resume the KL reference stays the stage's starting policy, not the checkpoint
     ref = run.load_policy()[0] if state and algo.needs_reference else None
-    # warm-up only from a fresh start: a resumed stage's optimizer state is already past it
-    module = PolicyModule(model, tok, algo, lr=algo.cfg.lr, ref_model=ref,
-                          warmup_steps=0 if state else algo.cfg.warmup_steps)
+    # a resumed stage gets the same schedule; RLCheckpoint restores its position (and the optimizer's state)
+    module = PolicyModule(model, tok, algo, lr=algo.cfg.lr, ref_model=ref, warmup_steps=algo.cfg.warmup_steps)
     if state and state.get("value_head") is not None and module.value_head is not None:
         module.value_head.load_state_dict(state["value_head"])
     return module

@@ -18,7 +18,7 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
                            seed=run.cfg.seed, source="real", rollout_batch=run.cfg.rollout.batch_size)
     if state:
         dm.load_state_dict(state)
-    callbacks = [RLCheckpoint(lambda m, st: save_rl_checkpoint(run, stage, m, st), run.cfg.checkpoint_every, state),
+    callbacks = [RLCheckpoint(lambda m, d: save_rl_checkpoint(run, stage, m, d), run.cfg.checkpoint_every, state),
                  RolloutSamples(run.cfg.rollout.samples_every),
                  TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals)]
     run.trainer(stage, callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)
@@ -26,7 +26,6 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
     rank_report(run, stage, dm, module)
     finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": dm.consumed, f"{stage}/iterations": dm.iteration,
                                              f"{stage}/transitions_per_s": dm.transitions_per_s})
-    run.add_budget("real_transitions", dm.consumed)
 
 
 def run_stage(run: Run) -> None:

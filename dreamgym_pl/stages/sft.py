@@ -7,6 +7,7 @@ from dreamgym_pl.policy.algos.sft import SFT, sft_loader
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.policy import finish_policy_stage
+from dreamgym_pl.stages.resume import fit
 
 
 def sft_trajectories(run: Run) -> list[Trajectory]:
@@ -22,6 +23,5 @@ def run_stage(run: Run) -> None:
     trajs = sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
-    run.trainer("sft", max_epochs=-1 if c.max_steps > 0 else c.epochs, max_steps=c.max_steps if c.max_steps > 0 else -1,
-                gradient_clip_val=c.grad_clip).fit(module, loader)
+    fit(run, "sft", module, loader, max_steps=c.max_steps, epochs=c.epochs, gradient_clip_val=c.grad_clip)
     finish_policy_stage(run, "sft", module, {"sft/trajectories": len(trajs), "sft/samples": len(loader.dataset)})

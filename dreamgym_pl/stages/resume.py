@@ -1,0 +1,160 @@
+"""Resume inside the supervised stages (sft, dpo, experience): a checkpoint every `checkpoint_steps` optimizer
+steps, and at the end of training, under the same pointer scheme as RL checkpoints
+(checkpoints/<stage>/resume/step-NNNNNN/, one atomic swap of CURRENT), so that a kill costs at most
+`checkpoint_steps` steps.
+
+A checkpoint holds the trainable weights (all weights, or a LoRA adapter's), the optimizer, the lr schedule and
+the step count. A resumed stage rebuilds everything else as it did the first time (data, model, loaders: all
+seeded), loads the checkpoint, and trains on the batches its loader would have yielded after that step: the
+loader is iterated from its start (its shuffling generator advancing exactly as in the uninterrupted run) and
+the first `step` batches are skipped. So the resumed training equals the uninterrupted one. Data-parallel
+runs (world > 1) keep no step checkpoints (their samplers are Lightning's) and restart these stages.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from dreamgym_pl import dist
+from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json, reading
+
+log = logging.getLogger("dreamgym_pl")
+
+
+def seed_stage(seed: int, stage: str) -> None:
+    """Random states (python, torch) that depend on (seed, stage) only: every stage starts from them, so that a
+    stage run after a resume (its predecessors skipped) draws what it would have drawn in one uninterrupted run."""
+    import random
+    import zlib
+
+    s = (seed * 1_000_003 + zlib.crc32(stage.encode())) % (2 ** 31)
+    random.seed(s)
+    torch.manual_seed(s)
+
+
+def step_store(run: Any, stage: str) -> VersionedDir:
+    root = run.dir / "checkpoints" / stage / "resume"
+    return VersionedDir(root, prefix="step", fix=f"delete {root} to restart {stage} from its first step (the stages "
+                                                  f"before it stay done), or rerun with resume=false")
+
+
+def total_steps(loader: DataLoader, max_steps: int, epochs: int) -> int:
+    """Optimizer steps of a stage: `max_steps` when > 0, else `epochs` passes over the loader."""
+    return max_steps if max_steps > 0 else epochs * len(loader)
+
+
+def _trainable(module: L.LightningModule) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | None:
+    """With resume=true and a step checkpoint of `stage`: its trainable weights loaded into `module`, and
+    {"step", "optimizer", "scheduler"}; else None."""
+    if not run.cfg.resume or dist.world() > 1:
+        return None
+    store = step_store(run, stage)
+    vdir = store.current()
+    if vdir is None:
+        return None
+    progress = read_json(vdir / "progress.json", store.fix, keys=("step", "total"))
+    state: dict[str, Any] = {"step": int(progress["step"])}
+    for name in ("weights", "optimizer", "scheduler"):
+        path = vdir / f"{name}.pt"
+        with reading(path, store.fix):
+            state[name] = torch.load(path, weights_only=True) if path.exists() else None
+    with reading(vdir / "weights.pt", store.fix):
+        missing, unexpected = module.load_state_dict(state.pop("weights"), strict=False)
+        want = set(_trainable(module))
+        if unexpected or want & set(missing):
+            raise ValueError(f"weights of another model (missing {sorted(want & set(missing))[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+    log.info("%s: resuming from step %d of %d", stage, state["step"], progress["total"])
+    return state
+
+
+class StepCheckpoint(L.Callback):
+    """Saves a step checkpoint every `every` optimizer steps and after the last one; restores the optimizer and
+    lr schedule of a resumed stage (`state`), whose step count starts at `state["step"]`."""
+
+    def __init__(self, run: Any, stage: str, every: int, total: int, state: dict | None = None):
+        self.run, self.stage, self.every, self.total, self.state = run, stage, every, total, state
+        self.done = int(state["step"]) if state else 0
+        self.saved = self.done
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        st = self.state or {}
+        if st.get("optimizer") is not None:
+            trainer.optimizers[0].load_state_dict(st["optimizer"])
+        if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
+            trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
+
+    def _step(self, trainer: L.Trainer) -> int:
+        return self.done + trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        step = self._step(trainer)
+        if step > self.saved and (step % self.every == 0 or step >= self.total):
+            self.save(trainer, pl_module, step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._step(trainer) > self.saved:
+            self.save(trainer, pl_module, self._step(trainer))
+
+    def save(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> None:
+        self.saved = step
+        if not dist.is_main():
+            return
+        store = step_store(self.run, self.stage)
+        vdir = store.new(step)
+        torch.save(_trainable(pl_module), vdir / "weights.pt")
+        torch.save(trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
+        if trainer.lr_scheduler_configs:
+            torch.save(trainer.lr_scheduler_configs[0].scheduler.state_dict(), vdir / "scheduler.pt")
+        atomic_write_json(vdir / "progress.json", {"step": step, "total": self.total})
+        store.commit(vdir)
+
+
+class _Rest(IterableDataset):
+    """The batches `loader` yields after its first `skip`, epoch after epoch, up to `total` in all."""
+
+    def __init__(self, loader: DataLoader, skip: int, total: int):
+        self.loader, self.skip, self.total = loader, skip, total
+
+    def __len__(self) -> int:
+        return self.total - self.skip
+
+    def __iter__(self) -> Iterator[Any]:
+        seen = 0
+        while seen < self.total:
+            for batch in self.loader:  # a new pass draws its order from the loader's generator, as Lightning's would
+                if seen >= self.skip:
+                    yield batch
+                seen += 1
+                if seen >= self.total:
+                    return
+
+
+def fit(run: Any, stage: str, module: L.LightningModule, loader: DataLoader, val_loader: DataLoader | None = None,
+        max_steps: int = -1, epochs: int = 1, **trainer_kwargs: Any) -> None:
+    """`Trainer.fit` of a supervised stage with step checkpoints (`checkpoint_steps`), resumed from the stage's
+    last one when resume=true. `max_steps` > 0 bounds the optimizer steps, else `epochs` passes."""
+    total = total_steps(loader, max_steps, epochs)
+    state = load_step_state(run, stage, module)
+    done = state["step"] if state else 0
+    callbacks = [] if dist.world() > 1 else [StepCheckpoint(run, stage, int(run.cfg.checkpoint_steps), total, state)]
+    if done >= total:
+        return  # trained to the end before the kill: only what follows training is redone
+    if done:  # the rest of the batches, as one pass
+        loader = DataLoader(_Rest(loader, done, total), batch_size=None)
+        trainer_kwargs.update(max_epochs=1, max_steps=total - done)
+        if trainer_kwargs.get("val_check_interval"):
+            trainer_kwargs["val_check_interval"] = min(trainer_kwargs["val_check_interval"], total - done)
+    else:
+        trainer_kwargs.update(max_epochs=-1 if max_steps > 0 else epochs, max_steps=max_steps if max_steps > 0 else -1)
+    run.trainer(stage, callbacks, **trainer_kwargs).fit(module, loader, val_loader)

@@ -1,0 +1,116 @@
+"""Kill storm: a tiny `conf=webshop_s2r` run SIGKILLed at seeded random points in every stage and resumed each
+time ends with the same counters, replay buffer and budgets as an unkilled run of the same seed.
+
+No tolerance: every stage starts from random states that depend on (seed, stage) only, every RL iteration's
+random streams on (seed, iteration), and an RL checkpoint holds everything the iterations after it depend on
+(weights, optimizer, lr schedule, the untrained mini-batches of the iteration Lightning has already fetched,
+counters, replay buffer, curriculum and its random state, stored first observations). So the work a kill
+throws away is redone identically, and counted once. The comparison covers every metric except wall-clock
+ones (seconds, throughputs, overhead shares), which no two runs share."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from dreamgym_pl.replay.buffer import ReplayBuffer
+from dreamgym_pl.replay.embed import HashingEmbedder
+from tests.conftest import ROOT
+from tests.test_resume import ARGS
+
+STAGES = ["collect", "sft", "experience", "synthetic_rl", "s2r", "eval"]
+KILLS = {"collect": 3, "sft": 4, "experience": 4, "synthetic_rl": 4, "s2r": 3, "eval": 3}  # 21 in all
+WALL_CLOCK = ("seconds", "per_s", "overhead_share", "tokens_per_s")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _launch(run_dir, resume):
+    return subprocess.Popen([sys.executable, str(ROOT / "experiments/run.py"), *ARGS, "checkpoint_steps=2", f"resume={str(resume).lower()}",
+                             f"hydra.run.dir={run_dir}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=ENV)
+
+
+class _Watch:
+    """Reads a run's output in a thread; `started[stage]` is when the log said `stage <stage>: start`."""
+
+    def __init__(self, proc):
+        self.proc, self.lines, self.started = proc, [], {}
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            for s in STAGES:
+                if f"stage {s}: start" in line:
+                    self.started[s] = time.time()
+
+
+def _counters(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    keep = {k: v for k, v in m.items() if not any(w in k for w in WALL_CLOCK)}
+    buf = ReplayBuffer.load(run_dir / "replay", HashingEmbedder(256))
+    keep.update({"replay/entries": len(buf), "replay/offline": buf.count("offline"),
+                 "replay/synthetic": buf.count("synthetic")})
+    return keep
+
+
+def test_kill_storm(tmp_path):
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "killed"
+    t0 = time.time()
+    ref = _launch(ref_dir, False)
+    w = _Watch(ref)
+    assert ref.wait(timeout=600) == 0, "".join(w.lines[-60:])
+    w.thread.join()
+    ref_m = json.loads((ref_dir / "metrics.json").read_text())
+    duration = {s: ref_m[f"{s}/seconds"] for s in STAGES}
+    ref_seconds = time.time() - t0
+
+    rng = random.Random(20)
+    todo = dict(KILLS)
+    kills, launches = [], 0
+    while True:
+        done = json.loads((run_dir / "stages.json").read_text())["completed"] if (run_dir / "stages.json").exists() else []
+        todo.update({s: 0 for s in done})
+        target = next((s for s in STAGES if todo[s] > 0), None)
+        proc = _launch(run_dir, resume=launches > 0)
+        launches += 1
+        w = _Watch(proc)
+        killed = False
+        while target is not None and proc.poll() is None:
+            if target in w.started:  # a random point of the stage (a resumed stage may finish sooner: then later)
+                time.sleep(rng.uniform(0.05, 0.9) * duration[target])
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    done = json.loads((run_dir / "stages.json").read_text())["completed"] \
+                        if (run_dir / "stages.json").exists() else []
+                    hit = STAGES[len(done)] if len(done) < len(STAGES) else "end"  # the stage that was running
+                    kills.append(hit)
+                    print(f"launch {launches}: target {target}, killed in {hit}", flush=True)
+                    killed = True
+                    todo[hit] = max(0, todo.get(hit, 0) - 1)
+                break
+            time.sleep(0.02)
+        if not killed:
+            print(f"launch {launches}: target {target}, ran to the end", flush=True)
+            assert proc.wait(timeout=600) == 0, "".join(w.lines[-60:])
+            w.thread.join()
+            if target is None:
+                break
+        assert launches < 40, kills
+    log = "".join(w.lines)
+    assert "stage collect: already completed" in log
+    assert json.loads((run_dir / "stages.json").read_text())["completed"] == STAGES
+    got, want = _counters(run_dir), _counters(ref_dir)
+    diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
+    assert not diff, (diff, kills)
+    assert len(kills) >= 20 and set(kills) >= set(STAGES), kills  # every stage was hit ("end": after the last)
+    assert want["synthetic_rl/synthetic_transitions"] >= 200 and want["replay/synthetic"] > 0
+    assert want["budget/real_transitions"] == want["collect/real_transitions"] + want["experience/real_transitions"] \
+        + want["s2r/real_transitions"]
+    print(f"reference run {ref_seconds:.0f} s; {len(kills)} kills over {launches} launches: {kills}")

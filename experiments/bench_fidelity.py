@@ -39,7 +39,8 @@ from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
-from dreamgym_pl.stages.synthetic_rl import make_synthetic_env  # noqa: E402
+from dreamgym_pl.envs.meter import EnvMeter, StoredStarts  # noqa: E402
+from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, start_task  # noqa: E402
 
 ROWS = [("success", "closed_loop/real_success", "closed_loop/synthetic_success"),
         ("mean return", "closed_loop/mean_return_real", "closed_loop/mean_return_synthetic"),
@@ -82,7 +83,7 @@ def main() -> None:
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,
                          algo.cfg.max_new_tokens, algo.cfg.top_p)
     buffer = load_replay(run)
-    senv = make_synthetic_env(run, buffer)
+    senv = make_synthetic_env(run, buffer, StoredStarts(EnvMeter(run.env), start_task))
     senv.enrich = False  # a measurement: the buffer stays as the run left it
     out: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -112,7 +113,7 @@ def main() -> None:
     if args.open_loop_steps > 0:
         print("| open loop | value |\n|---|---|")
         for k in ("reward_agreement", "done_agreement", "terminal_precision", "terminal_recall", "terminal_f1",
-                  "action_recall", "admissible_f1", "state_f1", "unparseable", "steps"):
+                  "action_recall", "action_recall_valid", "admissible_f1", "state_f1", "unparseable", "steps"):
             print(f"| {k} | {out['open_loop/' + k]:.3f} |")
     if hasattr(run.env, "close"):
         run.env.close()

@@ -104,3 +104,28 @@ def test_synthetic_env_stay_rule_keeps_the_state():
     assert r.observation.text == "invalid action: click[z] | page" and r.observation.admissible == ["click[a]"]
     r = env.step(["click[z]"])[0]
     assert r.done and r.info["truncated"]  # the step limit still ends it
+
+
+def test_bench_fidelity_runs_on_a_tiny_run(tmp_path, monkeypatch, capsys):
+    """experiments/bench_fidelity.py end to end on a tiny collect -> sft -> experience run: the flat keys exist."""
+    import json
+    import runpy
+    import sys
+
+    from dreamgym_pl.pipeline import run_pipeline
+    from tests.conftest import ROOT, compose
+    from tests.test_pipeline import EXP, TINY
+
+    run_pipeline(compose(["conf=webshop_dreamgym", "stages=[collect,sft,experience]", *TINY, *EXP]), tmp_path)
+    out = tmp_path / "fid.json"
+    monkeypatch.setattr(sys, "argv", ["bench_fidelity.py", "--run-dir", str(tmp_path), "--tasks", "2",
+                                      "--rollouts-per-task", "2", "--open-loop-steps", "6", "--out", str(out),
+                                      "experience.invalid_action=stay"])
+    runpy.run_path(str(ROOT / "experiments" / "bench_fidelity.py"), run_name="__main__")
+    r = json.loads(out.read_text())
+    for k in ("closed_loop/real_success", "closed_loop/synthetic_success", "closed_loop/success_gap",
+              "closed_loop/end_step_limit_synthetic", "open_loop/reward_agreement", "open_loop/terminal_f1",
+              "open_loop/action_recall", "open_loop/action_recall_valid", "open_loop/state_f1"):
+        assert k in r, k
+    assert r["closed_loop/episodes"] == 4 and r["args"]["overrides"] == ["experience.invalid_action=stay"]
+    assert "success gap (synthetic - real)" in capsys.readouterr().out

@@ -58,7 +58,7 @@ def _load_replay(d):
     return load_replay(_run(d))
 
 
-CHECKPOINT_FILES = ["stream.json", "optimizer.pt", "scheduler.pt", "pending.pt", "last_trajectories.jsonl",
+CHECKPOINT_FILES = ["stream.json", "optimizer.pt", "scheduler.pt", "pending_rank0.pt", "last_rank0.jsonl",
                     "model/model.safetensors", "model/config.json", "replay/CURRENT", "synthetic_env.json",
                     "curriculum/state.json", "curriculum/generated_tasks.jsonl", "MANIFEST.json"]
 
@@ -67,7 +67,7 @@ CHECKPOINT_FILES = ["stream.json", "optimizer.pt", "scheduler.pt", "pending.pt",
 def test_rl_checkpoint_file(finished, tmp_path, rel):
     d = _copy(finished, tmp_path)
     vdir = _ckpt(d)
-    if rel == "pending.pt" and not (vdir / rel).exists():
+    if rel == "pending_rank0.pt" and not (vdir / rel).exists():
         pytest.skip("the last checkpoint came after the last iteration's rollouts")
     _load_checkpoint(d)  # whole, it loads
     _truncate(vdir / rel)

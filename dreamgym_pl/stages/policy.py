@@ -64,10 +64,19 @@ def save_rl_checkpoint(run: Run, stage: str, module: Any, dm: Any, extra: Callab
     swap publishes. A kill before the swap leaves the previous version whole."""
     from dreamgym_pl.models import save_model
 
+    store = checkpoints(run, stage)
+    vdir = store.root / f"it-{int(dm.iteration):06d}"
+    if dist.is_main():
+        store.new(int(dm.iteration))
+    dist.barrier()
+    r = dist.rank()  # every rank saves its own untrained mini-batches and trajectories
+    if dm.pending is not None and dm.pending_iteration == dm.iteration - 1:
+        torch.save(dm.pending, vdir / f"pending_rank{r}.pt")
+    if dm.last is not None:
+        write_jsonl(vdir / f"last_rank{r}.jsonl", dm.last)
+    dist.barrier()
     if not dist.is_main():
         return
-    store = checkpoints(run, stage)
-    vdir = store.new(int(dm.iteration))
     state = dm.state_dict()
     if module is not None:
         save_model(module.model, module.tokenizer, vdir / "model")
@@ -77,10 +86,6 @@ def save_rl_checkpoint(run: Run, stage: str, module: Any, dm: Any, extra: Callab
         if module.value_head is not None:
             torch.save(module.value_head.state_dict(), vdir / "value_head.pt")
         state["pending_logs"] = dict(module.pending_logs)
-    if dm.pending is not None and dm.pending_iteration == dm.iteration - 1:
-        torch.save(dm.pending, vdir / "pending.pt")
-    if dm.last is not None:
-        write_jsonl(vdir / "last_trajectories.jsonl", dm.last)
     atomic_write_json(vdir / "stream.json", state)
     if extra:
         extra(vdir)
@@ -110,9 +115,10 @@ def load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
             model, tok = load_pretrained(vdir / "model", run.cfg.model.get("dtype", "float32"))
     else:  # the stage's start: no update made yet
         model, tok = run.load_policy()
-    for key in ("optimizer", "scheduler", "value_head", "pending"):
+    for key in ("optimizer", "scheduler", "value_head"):
         state[key] = load(f"{key}.pt")
-    last = vdir / "last_trajectories.jsonl"
+    state["pending"] = load(f"pending_rank{dist.rank()}.pt")
+    last = vdir / f"last_rank{dist.rank()}.jsonl"
     with reading(last, fix):
         state["last"] = [from_dict(Trajectory, d) for d in iter_jsonl(last)] if last.exists() else None
     log.info("%s: resuming from iteration %d (%d transitions consumed)", stage, state["iteration"], state["consumed"])

@@ -175,6 +175,7 @@ RULES: dict[str, Rule] = {
     "experience.lr": POS,
     "experience.batch_size": POS_INT,
     "experience.grad_clip": nullable(POS),
+    "experience.terminal_repeat": POS_INT,
     "experience.val_every": POS_INT,
     "experience.max_prompt_tokens": POS_INT,
     "experience.max_target_tokens": POS_INT,

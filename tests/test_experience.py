@@ -72,6 +72,22 @@ def test_prompt_contains_parts_and_ablations():
                       ExperienceFormat(history=0, k=0, reasoning=False))
     assert "example :" not in no and "did :" not in no
     assert "<reasoning>" not in build_target(NEXT, 0.0, False, "r", ExperienceFormat(reasoning=False))
+    # the task sits between the state and the action it judges, after the demonstrations and the history
+    order = [pr.index(x) for x in ("example :", "did :", "\nstate :", "task : buy lipstick", "\naction : click[b01234]")]
+    assert order == sorted(order) and pr.rstrip().endswith("predict :")
+
+
+def test_terminal_steps_repeat_in_training_samples():
+    from dreamgym_pl.core import Trajectory
+    from dreamgym_pl.experience.module import experience_samples
+    from dreamgym_pl.models import train_word_tokenizer
+
+    steps = [Transition(Task("t", "buy tea"), i, NEXT, "click[x]", NEXT, float(i == 2), i == 2) for i in range(3)]
+    tok = train_word_tokenizer(["buy tea click x predict state task action reward done"])
+    one = experience_samples([Trajectory(steps[0].task, steps)], tok, FMT, None)
+    three = experience_samples([Trajectory(steps[0].task, steps)], tok, FMT, None, terminal_repeat=3)
+    assert len(one) == 3 and len(three) == 5  # the last (done) step 3 times, the others once
+    assert all(s.prompt_ids == three[-1].prompt_ids for s in three[-3:])
 
 
 def test_webshop_reasoning():

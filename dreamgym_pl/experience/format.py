@@ -1,6 +1,9 @@
 """Experience-model prompt and target in a tagged text format, and a parser that never raises.
 
-Prompt: task, last H steps, k retrieved real transitions (demonstrations), current state, action.
+Prompt: k retrieved real transitions (demonstrations), last H steps, current state, task, action. The task
+sits next to the action it judges: a purchase's outcome is the task's requirements checked against the state,
+and a small model attends to what is near (measured: with the task first, the tiny model checked the page
+against itself and called every purchase a success).
 Target: `<reasoning> .. </reasoning> <next_state> .. </next_state> <actions> a | b </actions>
 <reward> r </reward> <done> true|false </done>`. Tags are matched whitespace-insensitively, since word
 tokenizers detokenise `<reasoning>` as `< reasoning >`. An output that misses the state, reward or done
@@ -68,12 +71,13 @@ def _words(text: str, n: int) -> str:
 
 def build_prompt(instruction: str, history: Sequence[tuple[str, str]], demos: Sequence[Transition], state: Observation,
                  action: str, fmt: ExperienceFormat) -> str:
-    parts = [f"task : {instruction}"]
+    parts = []
     for d in list(demos)[: fmt.k]:
         parts.append(f"example : state : {_words(d.state.text, fmt.demo_words)} action : {d.action} "
                      f"next : {_words(d.next_state.text, fmt.demo_words)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
     parts += history_lines(history, fmt.history, fmt.history_obs_words)
     parts.append(f"state : {_words(state.text, fmt.state_words)}")
+    parts.append(f"task : {instruction}")
     parts.append(f"action : {action}")
     parts.append("predict :")
     return " \n".join(parts)

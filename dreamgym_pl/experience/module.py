@@ -71,9 +71,10 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
 
 
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
-                       buffer: ReplayBuffer | None) -> list[StepSample]:
-    """One sample per transition: prompt (its last `fmt.max_prompt_tokens` tokens) -> target (its first
-    `fmt.max_target_tokens` tokens + EOS); `scalars["target_tokens"]`: the target's length before the cut."""
+                       buffer: ReplayBuffer | None, terminal_repeat: int = 1) -> list[StepSample]:
+    """One sample per transition (`terminal_repeat` for an episode's last one: the rare steps that decide the
+    reward): prompt (its last `fmt.max_prompt_tokens` tokens) -> target (its first `fmt.max_target_tokens`
+    tokens + EOS); `scalars["target_tokens"]`: the target's length before the cut."""
     out = []
     for traj in trajs:
         history: list[tuple[str, str]] = []
@@ -85,7 +86,8 @@ def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: Experie
             full = tokenizer(target, add_special_tokens=False)["input_ids"]
             t_ids = full[:fmt.max_target_tokens] + [tokenizer.eos_token_id]
             # the untruncated length (EOS included) is what the length report must see
-            out.append(StepSample(p_ids, t_ids, scalars={"target_tokens": len(full) + 1}))
+            sample = StepSample(p_ids, t_ids, scalars={"target_tokens": len(full) + 1})
+            out += [sample] * (max(1, terminal_repeat) if t.done else 1)
             history.append((t.state.text, t.action))
     return out
 
@@ -102,9 +104,9 @@ def split_by_task(trajs: Sequence[Trajectory], val_fraction: float, seed: int = 
 
 def experience_loaders(train_trajs: Sequence[Trajectory], val_trajs: Sequence[Trajectory], tokenizer: Any,
                        fmt: ExperienceFormat, buffer: ReplayBuffer | None, batch_size: int, seed: int = 0,
-                       extra: Sequence[StepSample] = ()) -> tuple[DataLoader, DataLoader | None]:
-    """Train (shuffled, + `extra` samples) and validation loaders."""
-    train = experience_samples(train_trajs, tokenizer, fmt, buffer) + list(extra)
+                       extra: Sequence[StepSample] = (), terminal_repeat: int = 1) -> tuple[DataLoader, DataLoader | None]:
+    """Train (shuffled, + `extra` samples; episode-ending steps `terminal_repeat` times) and validation loaders."""
+    train = experience_samples(train_trajs, tokenizer, fmt, buffer, terminal_repeat) + list(extra)
     val = experience_samples(val_trajs, tokenizer, fmt, buffer)
     g = torch.Generator().manual_seed(seed)
     coll = lambda b: collate(b, tokenizer.pad_token_id)  # noqa: E731

@@ -187,10 +187,11 @@ def run_stage(run: Run) -> None:
     fmt = experience_format(run)
     gen_examples = task_generation_examples(run, tok)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
-                                          extra=gen_examples)
+                                          extra=gen_examples, terminal_repeat=e.terminal_repeat)
     gen_ids = {id(g) for g in gen_examples}  # task-generation examples have their own, shorter bound
     lengths = target_length_report([int(s.scalars.get("target_tokens", len(s.response_ids)))  # before the cut
-                                    for s in train_dl.dataset if id(s) not in gen_ids], e.max_new_tokens)
+                                    for s in {id(x): x for x in train_dl.dataset}.values() if id(s) not in gen_ids],
+                                   e.max_new_tokens)
     if lengths["over_share"] > 0.01:
         log.warning("experience: %.0f%% of training targets are longer than experience.max_new_tokens=%d (longest %d "
                     "tokens, p95 %d): their generations are cut before <reward>/<done> and count as invalid; "

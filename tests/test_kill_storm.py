@@ -124,6 +124,11 @@ def test_kill_storm(tmp_path):
     diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
     assert not diff, (diff, kills)
     assert len(kills) >= 20 and set(kills) >= set(STAGES), kills  # every stage was hit ("end": after the last)
+    # the RL stages' per-iteration logs (rollout success, scores, steps, budgets, curriculum): the same iterations
+    for stage in ("synthetic_rl", "s2r"):
+        h_got, h_want = ([{k: v for k, v in h.items() if not k.startswith("perf/")}
+                          for h in json.loads((d / "history" / f"{stage}.json").read_text())] for d in (run_dir, ref_dir))
+        assert h_got == h_want, stage
     assert want["synthetic_rl/synthetic_transitions"] >= 200
     assert want["replay/entries"] == want["replay/offline"] + want["replay/synthetic"] == want["synthetic_rl/replay_size"]
     assert want["budget/real_transitions"] == want["collect/real_transitions"] + want["experience/real_transitions"] \

@@ -124,6 +124,33 @@ def test_replay_pointer(finished, tmp_path):
         _load_replay(d)
 
 
+@pytest.mark.parametrize("rel", ["progress.json", "weights.pt", "optimizer.pt", "scheduler.pt"])
+def test_step_checkpoint_files(finished, tmp_path, rel):
+    """sft's step checkpoint (the last one, after its final step), read as a resumed sft would."""
+    from dreamgym_pl.policy.algos.sft import SFT
+    from dreamgym_pl.policy.module import PolicyModule
+    from dreamgym_pl.stages.resume import load_step_state
+
+    d = _copy(finished, tmp_path)
+    run = _run(d)
+    model, tok = run.load_policy("checkpoints/base")
+    module = PolicyModule(model, tok, SFT(), lr=1e-3)
+    assert load_step_state(run, "sft", module)["step"] == 5  # whole, it loads
+    _truncate(VersionedDir(d / "checkpoints" / "sft" / "resume", prefix="step").current() / rel)
+    with pytest.raises(CorruptFileError) as e:
+        load_step_state(run, "sft", module)
+    assert rel in str(e.value) and "delete" in str(e.value) and "resume=false" in str(e.value)
+
+
+@pytest.mark.parametrize("rel", ["checkpoints/sft/model.safetensors", "checkpoints/sft/config.json"])
+def test_stage_policy_checkpoint(finished, tmp_path, rel):
+    """The policy a finished stage left (stages.json's `policy`), which the next stage starts from."""
+    d = _copy(finished, tmp_path)
+    _truncate(d / rel)
+    with pytest.raises(CorruptFileError, match="checkpoints/sft: cannot be read.*resume=false"):
+        _run(d).load_policy("checkpoints/sft")
+
+
 def test_offline_transitions(finished, tmp_path):
     d = _copy(finished, tmp_path)
     _truncate(d / "offline" / "transitions.jsonl")

@@ -107,8 +107,10 @@ class Run:
         path = path or self.state.get("policy")
         mcfg = OmegaConf.to_container(self.cfg.model, resolve=True)
         if path:  # a kept adapter reloads trainable; full (or merged) weights get a fresh adapter when LoRA is on
-            return load_pretrained(self.dir / path, mcfg.get("dtype", "float32"), bool(mcfg.get("trust_remote_code")),
-                                   lora=mcfg.get("lora"))
+            with reading(self.dir / path, f"rerun with resume=false, or drop the stage that saved {path} and the "
+                                          f"stages after it from stages.json's completed list (it makes it again)"):
+                return load_pretrained(self.dir / path, mcfg.get("dtype", "float32"),
+                                       bool(mcfg.get("trust_remote_code")), lora=mcfg.get("lora"))
         tiny = mcfg["name_or_path"] == "tiny"
         corpus = self.tokenizer_corpus() if tiny else None
         words = self.atomic_words() if tiny else None

@@ -15,6 +15,7 @@ from dreamgym_pl.curriculum import task_generation_prompt
 from dreamgym_pl.experience.annotate import annotate
 from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
 from dreamgym_pl.policy.samples import StepSample
+from dreamgym_pl.run import reading
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
 
@@ -110,7 +111,8 @@ def policy_offline_data(run: Run) -> list:
     if n <= 0 or not run.state.get("policy"):
         return []
     if run.cfg.resume and path.exists():
-        return group_trajectories(read_jsonl(path, Transition))
+        with reading(path, f"delete {path} (the experience stage samples it again), or rerun with resume=false"):
+            return group_trajectories(read_jsonl(path, Transition))
     seen = list(dict.fromkeys(t.task.task_id for t in run.offline_trajectories()))
     by_id = {t.task_id: t for t in run.env.tasks("train")}
     tasks = [by_id[i] for i in seen if i in by_id]

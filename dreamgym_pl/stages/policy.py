@@ -112,7 +112,9 @@ def load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
 
     if (vdir / "model").is_dir():
         with reading(vdir / "model", fix):
-            model, tok = load_pretrained(vdir / "model", run.cfg.model.get("dtype", "float32"))
+            m = run.cfg.model
+            model, tok = load_pretrained(vdir / "model", m.get("dtype", "float32"), bool(m.get("trust_remote_code")),
+                                         lora=m.get("lora"))
     else:  # the stage's start: no update made yet
         model, tok = run.load_policy()
     for key in ("optimizer", "scheduler", "value_head"):

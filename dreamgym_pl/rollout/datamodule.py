@@ -77,6 +77,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.engine_factory, self.action_env = engine_factory, action_env
         self.seed, self.source, self.task_sampler, self.rollout_batch = seed, source, task_sampler, rollout_batch
         self.consumed = 0          # transitions of all ranks
+        self.episodes = 0          # episodes of all ranks (each one reset of `env`)
         self.local_consumed = 0    # this rank's
         self.rollout_s = 0.0       # wall time of collection (policy generation + env steps)
         self.iteration = 0
@@ -93,12 +94,13 @@ class RolloutDataModule(L.LightningDataModule):
 
     # ----- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"consumed": self.consumed, "iteration": self.iteration, "history": self.history,
-                "rollout_s": self.rollout_s}
+        return {"consumed": self.consumed, "episodes": self.episodes, "iteration": self.iteration,
+                "history": self.history, "rollout_s": self.rollout_s}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Counters; with a checkpoint's `pending` mini-batches (yielded first), `pending_logs` and `last`."""
         self.consumed = int(state["consumed"])
+        self.episodes = int(state.get("episodes", 0))
         self.iteration = int(state["iteration"])
         self.history = list(state.get("history", []))
         self.rollout_s = float(state.get("rollout_s", 0.0))
@@ -218,9 +220,11 @@ class RolloutDataModule(L.LightningDataModule):
         stats = stats_from_sums(tot[:5])
         self.local_consumed += int(sums[4])
         self.consumed += int(stats["transitions"])
+        self.episodes += int(tot[0])
         return {"rollout/success_rate": stats["success_rate"], "rollout/mean_score": stats["mean_score"],
                 "rollout/mean_return": tot[5] / max(1.0, tot[0]),
                 "rollout/invalid_action_rate": stats["invalid_action_rate"], "rollout/mean_steps": stats["mean_steps"],
+                "rollout/episodes": tot[0],
                 f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration)}
 
     def _notify(self, hook: str, *args: Any) -> None:

@@ -31,5 +31,5 @@ def run_stage(run: Run) -> None:
     transitions = [s for t in all_trajs for s in t.transitions]
     if dist.is_main():
         write_jsonl(run.offline_path, transitions)
-    run.record({"collect/real_transitions": len(transitions)})
+    run.record({"collect/real_transitions": len(transitions), "collect/real_resets": len(all_trajs)})
     run.complete("collect")

@@ -128,7 +128,7 @@ def policy_offline_data(run: Run) -> list:
     transitions = [s for t in trajs for s in t.transitions]
     if dist.is_main():
         write_jsonl(path, transitions)
-    run.record({"experience/policy_real_transitions": len(transitions),
+    run.record({"experience/policy_real_transitions": len(transitions), "experience/policy_real_resets": len(trajs),
                 "experience/policy_success_rate": sum(t.success for t in trajs) / max(1, len(trajs))})
     return group_trajectories(transitions)
 
@@ -160,7 +160,7 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
                     run.cfg.experience.max_new_tokens)
     used = sum(len(t.transitions) for t in real)
     # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
-    return {"experience/real_transitions": used, **{f"experience/onpolicy_{k.split('/', 1)[1]}": v
+    return {"experience/real_transitions": used, "experience/real_resets": len(real), **{f"experience/onpolicy_{k.split('/', 1)[1]}": v
                                                     for k, v in res.items() if math.isfinite(v)}}
 
 

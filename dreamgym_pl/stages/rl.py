@@ -24,7 +24,8 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
     run.trainer(stage, callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)
     plot_history(run, stage, dm.history)
     rank_report(run, stage, dm, module)
-    finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": dm.consumed, f"{stage}/iterations": dm.iteration,
+    finish_policy_stage(run, stage, module, {f"{stage}/real_transitions": dm.consumed, f"{stage}/real_resets": dm.episodes,
+                                             f"{stage}/iterations": dm.iteration,
                                              f"{stage}/transitions_per_s": dm.transitions_per_s})
 
 

@@ -29,8 +29,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBU
 
 
 def _launch(run_dir, resume):
-    return subprocess.Popen([sys.executable, str(ROOT / "experiments/run.py"), *ARGS, "checkpoint_steps=2", f"resume={str(resume).lower()}",
-                             f"hydra.run.dir={run_dir}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return subprocess.Popen([sys.executable, str(ROOT / "experiments/run.py"), *ARGS, "checkpoint_steps=2",
+                             f"resume={str(resume).lower()}", f"hydra.run.dir={run_dir}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env=ENV)
 
 

@@ -21,7 +21,7 @@ def _flat(batches):
 def test_rest_of_a_loader_equals_the_uninterrupted_tail():
     """10 items in batches of 3 -> 4 batches an epoch; 9 steps cross two epoch ends. Skipping 5 and going on
     gives exactly batches 5..8 of one uninterrupted pass (the shuffling generator advances the same way)."""
-    straight, it = [], None
+    straight = []
     loader = _loader()
     while len(straight) < 9:
         for b in loader:

@@ -160,8 +160,8 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
                     run.cfg.experience.max_new_tokens)
     used = sum(len(t.transitions) for t in real)
     # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
-    return {"experience/real_transitions": used, "experience/real_resets": len(real), **{f"experience/onpolicy_{k.split('/', 1)[1]}": v
-                                                    for k, v in res.items() if math.isfinite(v)}}
+    return {"experience/real_transitions": used, "experience/real_resets": len(real),
+            **{f"experience/onpolicy_{k.split('/', 1)[1]}": v for k, v in res.items() if math.isfinite(v)}}
 
 
 def run_stage(run: Run) -> None:

@@ -349,14 +349,16 @@ def _value(cfg: DictConfig, key: str) -> Any:
 
 
 def check_keys(cfg: DictConfig, error: type[Exception]) -> None:
-    """Every key of `cfg` that has a rule holds an allowed value, else `error("<key>: must be ..., got ...")`.
+    """Every key of `cfg` has a rule and holds an allowed value, else `error("<key>: must be ..., got ...")`; a
+    key without a rule (a typo added with `+key=...`, or a new key nobody wrote a rule for) is an error too.
     Mapping keys with a rule (trainer.strategy) are checked as a whole and walked into."""
     keys = leaf_keys(cfg)
     parents = {k.rsplit(".", 1)[0] for k in keys if "." in k}
     for key in keys + sorted(p for p in parents if p in RULES):
         rule = rule_for(key)
         if rule is None:
-            continue
+            raise error(f"{key}: unknown key (no rule in dreamgym_pl/config_keys.py): a typo, or a new key that needs "
+                        f"a rule there")
         v = _value(cfg, key)
         if not rule.ok(v):
             raise error(f"{key}: must be {rule.allowed}, got {v!r}")

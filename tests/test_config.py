@@ -36,6 +36,7 @@ def test_preset_overrides_root_stages():
     ("algo.kl_kind=k9", "algo.kl_kind"),
     ("+algo.gae_lambda=0.9", "algo.gae_lambda"),  # a PPO key under algo=grpo
     ("rollout.batch_size=0", "rollout.batch_size"),
+    ("+sft.maxsteps=5", "sft.maxsteps"),  # a typo: no such key
 ])
 def test_bad_values_name_the_key(override, key, tmp_path):
     cfg = compose([override])

@@ -4,9 +4,13 @@ before the iteration's updates; they may add to the iteration's `logs`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import lightning as L
+
+from dreamgym_pl import dist
+from dreamgym_pl.run import atomic_write_json, read_json
 
 
 class RLCheckpoint(L.Callback):
@@ -15,10 +19,27 @@ class RLCheckpoint(L.Callback):
 
     Lightning fetches a batch ahead: when iteration N's last mini-batch is trained, the rollouts of N+1 are
     done and its first mini-batch is fetched. So a checkpoint holds the weights after N and the data module
-    after the rollouts of N+1 with N+1's mini-batches, none of them trained yet (see RolloutDataModule)."""
+    after the rollouts of N+1 with N+1's mini-batches, none of them trained yet (see RolloutDataModule).
 
-    def __init__(self, save: Callable[[Any, Any], None], every: int, resume_state: dict | None = None):
-        self.save, self.every, self.resume_state = save, every, resume_state
+    Transitions consumed after the checkpoint a stage resumes from are consumed again (identically); how many
+    is measured: `progress` (a file) holds the transitions consumed so far, rewritten after every iteration's
+    rollouts, and `redone` adds up, over the stage's resumes, those a kill threw away (the iteration in flight
+    at the kill is not in it)."""
+
+    def __init__(self, save: Callable[[Any, Any], None], every: int, resume_state: dict | None = None,
+                 progress: Path | None = None, resume: bool = False):
+        self.save, self.every, self.resume_state, self.progress = save, every, resume_state, progress
+        self.redone = 0
+        if resume and progress is not None and progress.exists():
+            prev = read_json(progress, f"delete {progress} (a count of redone transitions is lost)",
+                             keys=("consumed", "redone"))
+            start = int(resume_state["consumed"]) if resume_state else 0
+            self.redone = int(prev["redone"]) + max(0, int(prev["consumed"]) - start)
+
+    def on_rollouts_end(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any, trajs: list,
+                        logs: dict) -> None:
+        if self.progress is not None and dist.is_main():
+            atomic_write_json(self.progress, {"consumed": dm.consumed, "redone": self.redone})
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         st = self.resume_state or {}

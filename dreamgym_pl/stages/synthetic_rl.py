@@ -129,7 +129,9 @@ def run_stage(run: Run) -> None:
         dm.load_state_dict(state)
     else:  # version 0: the stage's start (the replay buffer and curriculum it began from)
         save(None, dm)
-    callbacks = [RLCheckpoint(save, run.cfg.checkpoint_every, state), CurriculumLogs(cur, senv),
+    ckpt = RLCheckpoint(save, run.cfg.checkpoint_every, state, checkpoints(run, "synthetic_rl").root / "progress.json",
+                        bool(run.cfg.resume))
+    callbacks = [ckpt, CurriculumLogs(cur, senv),
                  RolloutSamples(run.cfg.rollout.samples_every),
                  TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals)]
     run.trainer("synthetic_rl", callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)
@@ -146,7 +148,7 @@ def run_stage(run: Run) -> None:
     gen = max(st["generate_s"], 1e-9)
     finish_policy_stage(run, "synthetic_rl", module, {
         "synthetic_rl/real_transitions": starts.meter.transitions, "synthetic_rl/real_resets": starts.fetched,
-        "synthetic_rl/synthetic_transitions": dm.consumed,
+        "synthetic_rl/synthetic_transitions": dm.consumed, "synthetic_rl/redone_transitions": ckpt.redone,
         "synthetic_rl/iterations": dm.iteration, "synthetic_rl/transitions_per_s": dm.transitions_per_s,
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,

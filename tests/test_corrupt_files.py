@@ -156,3 +156,16 @@ def test_offline_transitions(finished, tmp_path):
     _truncate(d / "offline" / "transitions.jsonl")
     with pytest.raises(CorruptFileError, match="transitions.jsonl.*resume=false"):
         _run(d).offline_trajectories()
+
+
+def test_rl_progress_file(finished, tmp_path):
+    """The count of transitions consumed so far (for redone_transitions), read when an RL stage resumes."""
+    from dreamgym_pl.stages.callbacks import RLCheckpoint
+
+    d = _copy(finished, tmp_path)
+    progress = d / "checkpoints" / "synthetic_rl" / "resume" / "progress.json"
+    state = {"consumed": 0}
+    assert RLCheckpoint(lambda m, dm: None, 1, state, progress, resume=True).redone >= 0  # whole, it reads
+    _truncate(progress)
+    with pytest.raises(CorruptFileError, match="progress.json: not valid JSON.*delete"):
+        RLCheckpoint(lambda m, dm: None, 1, state, progress, resume=True)

@@ -73,3 +73,17 @@ def test_type_reward_half_and_tenth():
 def test_type_reward_multiplies():
     p = product(name="zulu shampoo", query="shampoo", product_category="x › y › shampoo")
     assert purchase_reward(p, ["red"], GOAL)["reward"] == 0.0
+
+
+def test_failed_purchase_parts_hand_computed():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "webshop_failed_purchases.py"
+    spec = importlib.util.spec_from_file_location("webshop_failed_purchases", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ok = {"r_type": 1.0, "n_attr_match": 2, "n_attrs": 2, "n_option_match": 1, "n_options": 1, "r_price": 1.0}
+    assert mod.failed_parts(ok) == []
+    assert mod.failed_parts({**ok, "r_type": 0.5, "n_option_match": 0, "r_price": 0.0}) == ["type", "options", "price"]
+    assert mod.failed_parts({**ok, "n_attr_match": 1}) == ["attributes"]

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dreamgym_pl.config import ConfigError  # noqa: E402
 from dreamgym_pl.pipeline import run_pipeline  # noqa: E402
+from dreamgym_pl.summary import run_summary  # noqa: E402
 
 log = logging.getLogger("dreamgym_pl")
 
@@ -32,6 +33,7 @@ def main(cfg: DictConfig) -> None:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
     log.info("metrics: %s", {k: round(v, 4) for k, v in sorted(metrics.items())})
+    print(run_summary(metrics, list(cfg.stages)))
     print(f"run directory: {run_dir}")
 
 

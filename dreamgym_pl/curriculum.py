@@ -115,7 +115,8 @@ class Curriculum:
     def __init__(self, original: Sequence[Task], generate: Callable[[list[str]], list[str]],
                  task_values: Callable[[list], dict[str, float]], max_share: float, min_variance: float,
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
-                 state: CurriculumState | None = None):
+                 state: CurriculumState | None = None, held_out: Sequence[str] = ()):
+        """`held_out`: instructions a generated task must never equal (the val and test tasks')."""
         max_generated(batch_size, max_share)  # validates lambda
         self.original = list(original)
         self.generate = generate
@@ -125,7 +126,8 @@ class Curriculum:
         self.max_words = max_words
         self.rng = random.Random(seed)
         self.state = state or CurriculumState()
-        self.known = {t.instruction for t in self.original} | {t.instruction for t in self.state.generated}
+        self.known = {t.instruction for t in self.original} | {t.instruction for t in self.state.generated} \
+            | set(held_out)
         self.last_logs: dict[str, float] = {}
         self.last_new: list[Task] = []
 

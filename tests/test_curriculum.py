@@ -54,3 +54,16 @@ def test_parse_generated_task():
     assert parse_generated_task("no tags") is None
     assert parse_generated_task("<task> </task>") is None
     assert parse_generated_task("<task> " + "w " * 50 + "</task>", max_words=40) is None
+
+
+def test_generated_task_never_equals_a_held_out_instruction():
+    from types import SimpleNamespace
+
+    from dreamgym_pl.curriculum import Curriculum
+
+    train = [Task(f"t{i}", f"buy tea {i}") for i in range(4)]
+    outputs = iter([["<task> buy a test tea </task>", "<task> buy a new tea </task>"]])
+    cur = Curriculum(train, lambda prompts: next(outputs)[: len(prompts)], lambda trajs: {"t0": 0.25, "t1": 0.25},
+                     max_share=0.5, min_variance=0.05, num_seeds=2, batch_size=4, held_out=["buy a test tea"])
+    cur.update([SimpleNamespace(task=t) for t in train])
+    assert [t.instruction for t in cur.state.generated] == ["buy a new tea"] and cur.state.rejected == 1

@@ -75,7 +75,8 @@ def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path 
         state = CurriculumState(values=raw["values"], generated=gen, rejected=raw["rejected"], shares=raw["shares"])
     cur = Curriculum(run.env.tasks("train"), lambda prompts: [x.text for x in senv.engine.generate(prompts, params)],
                      lambda trajs: algo.task_values(trajs, embed, c.num_clusters), c.lambda_, c.min_variance,
-                     c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state)
+                     c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state,
+                     held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)])
     if raw is not None:
         version, internal, gauss = raw["rng"]
         cur.rng.setstate((version, tuple(internal), gauss))

@@ -15,6 +15,8 @@ fresh adapter. Models that generate are placed on `generation_device(...)`, the 
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -243,5 +245,10 @@ def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[st
     model = build_tiny_llama(tok, int(model_cfg["hidden_size"]), int(model_cfg["num_layers"]),
                              int(model_cfg["num_heads"]), int(model_cfg["intermediate_size"]),
                              int(model_cfg["max_positions"]), seed)
-    save_model(model, tok, base)
+    # written whole into a side folder, then renamed: a kill mid-write leaves no half base that a resume would load
+    tmp = base.with_name(base.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(model, tok, tmp)
+    shutil.rmtree(base, ignore_errors=True)  # a base folder without config.json: an older run's interrupted write
+    os.replace(tmp, base)
     return load_pretrained(base, "float32", lora=lora)

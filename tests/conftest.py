@@ -22,3 +22,16 @@ def compose(overrides=()):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hcompose(config_name="config", overrides=list(overrides))
+
+
+TINY_WORDS = "a b c d e f g h buy tea click search item page"
+
+
+def save_tiny_checkpoint(folder):
+    """A tiny Llama + word tokenizer saved in `folder` (the HF format every model of a run is saved in)."""
+    from dreamgym_pl.models import build_tiny_llama, save_model, train_word_tokenizer
+
+    tok = train_word_tokenizer([TINY_WORDS] * 3)
+    save_model(build_tiny_llama(tok, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                                max_positions=64), tok, folder)
+    return folder

@@ -6,22 +6,18 @@ import copy
 import pytest
 import torch
 
-from dreamgym_pl.models import base_state_dict, build_tiny_llama, load_pretrained, save_model, train_word_tokenizer
+from dreamgym_pl.models import base_state_dict, load_pretrained, save_model
 from dreamgym_pl.policy import losses
 from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.policy.samples import StepSample, collate
+from tests.conftest import save_tiny_checkpoint
 
-WORDS = "a b c d e f g h buy tea click search item page"
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    tok = train_word_tokenizer([WORDS] * 3)
-    folder = tmp_path_factory.mktemp("tiny")
-    save_model(build_tiny_llama(tok, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                                max_positions=64), tok, folder)
-    return folder
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
 def _trained_adapter(base, seed):

@@ -6,20 +6,15 @@ import pytest
 import torch
 
 from dreamgym_pl.config import ConfigError, validate
-from dreamgym_pl.models import build_tiny_llama, generation_device, load_pretrained, save_model, train_word_tokenizer
-from tests.conftest import compose
+from dreamgym_pl.models import build_tiny_llama, generation_device, load_pretrained, save_model
+from tests.conftest import TINY_WORDS as WORDS, compose, save_tiny_checkpoint
 
-WORDS = "a b c d e f g h buy tea click search item page"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny Llama saved and reloaded, as every model of a run is (an adapter names its base by that path)."""
-    tok = train_word_tokenizer([WORDS] * 3)
-    folder = tmp_path_factory.mktemp("tiny")
-    save_model(build_tiny_llama(tok, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                                max_positions=64), tok, folder)
-    return load_pretrained(folder)
+    return load_pretrained(save_tiny_checkpoint(tmp_path_factory.mktemp("tiny")))
 
 
 def _lora(model):

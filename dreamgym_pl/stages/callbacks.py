@@ -11,6 +11,7 @@ import lightning as L
 
 from dreamgym_pl import dist
 from dreamgym_pl.run import atomic_write_json, read_json
+from dreamgym_pl.stages.resume import restore_optimizer
 
 
 class RLCheckpoint(L.Callback):
@@ -42,11 +43,7 @@ class RLCheckpoint(L.Callback):
             atomic_write_json(self.progress, {"consumed": dm.consumed, "redone": self.redone})
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        st = self.resume_state or {}
-        if st.get("optimizer") is not None:
-            trainer.optimizers[0].load_state_dict(st["optimizer"])
-        if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
-            trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
+        restore_optimizer(trainer, self.resume_state)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -77,6 +77,15 @@ def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | N
     return state
 
 
+
+def restore_optimizer(trainer: L.Trainer, state: dict | None) -> None:
+    """Load a checkpoint's optimizer and lr-scheduler states (when it has them) into `trainer` at train start."""
+    st = state or {}
+    if st.get("optimizer") is not None:
+        trainer.optimizers[0].load_state_dict(st["optimizer"])
+    if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
+        trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
+
 class StepCheckpoint(L.Callback):
     """Saves a step checkpoint every `every` optimizer steps and after the last one; restores the optimizer and
     lr schedule of a resumed stage (`state`), whose step count starts at `state["step"]`."""
@@ -87,11 +96,7 @@ class StepCheckpoint(L.Callback):
         self.saved = self.done
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        st = self.state or {}
-        if st.get("optimizer") is not None:
-            trainer.optimizers[0].load_state_dict(st["optimizer"])
-        if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
-            trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
+        restore_optimizer(trainer, self.state)
 
     def _step(self, trainer: L.Trainer) -> int:
         return self.done + trainer.global_step

@@ -135,3 +135,42 @@ def test_demos_show_synthetic_transitions_only_when_asked():
         on = demos_for(buf, probe, ExperienceFormat(k=10, exclude=exclude, synthetic_demos=True))
         assert len(off) == 5 and not any(t.task.task_id.startswith("s") for t in off)
         assert len(on) == 10 and on[0].task.task_id == "st0"  # the identical synthetic step ranks first
+
+
+@pytest.mark.parametrize("real_only", [True, False])
+def test_query_equals_the_listing_reference(tmp_path, real_only):
+    """`query` keeps counters instead of listing the allowed rows each call: the same neighbours as the listing
+    reference, with synthetic entries, evictions, task exclusions (some tasks wholly synthetic) and after a reload."""
+    from dreamgym_pl.replay.buffer import reference_query
+
+    emb = HashingEmbedder(64)
+    buf = ReplayBuffer(emb, capacity=32, max_size=120)
+    real, synth = make_transitions(80, 3), make_transitions(70, 4)
+    for i, t in enumerate(real):
+        t.task.task_id = f"r{i % 9}"
+    for i, t in enumerate(synth):
+        t.task.task_id = f"r{i % 5}" if i % 2 else f"s{i % 4}"
+    buf.add(real[:40], "offline")
+    buf.add(synth, "synthetic")
+    buf.add(real[40:], "online")
+    assert buf.deleted and buf.count("synthetic") == 40  # 30 oldest synthetic evicted
+    keys = [transition_key(t.task.instruction, t.state.text, t.action) for t in real[::7] + synth[::9]]
+    excl = [f"r{i % 9}" if i % 3 else (f"s{i % 4}" if i % 2 else None) for i in range(len(keys))]
+    buf.save(tmp_path / "replay")
+    for b in (buf, ReplayBuffer.load(tmp_path / "replay", emb)):
+        for k in (1, 5, 200):
+            want = reference_query(b, keys, k, real_only=real_only)
+            assert b.query(keys, k, real_only=real_only) == want
+            assert b.query(keys, k, real_only=real_only, exclude_tasks=excl) == \
+                reference_query(b, keys, k, real_only=real_only, exclude_tasks=excl)
+        assert len(want[0]) == (80 if real_only else 120)  # k=200: every allowed row
+
+
+def test_query_of_a_buffer_without_allowed_rows():
+    from dreamgym_pl.replay.buffer import reference_query
+
+    buf = ReplayBuffer(HashingEmbedder(32), capacity=8)
+    buf.add(make_transitions(5), "synthetic")
+    key = [transition_key("red tea", "sofa", "click[red]")]
+    assert buf.query(key, 3) == reference_query(buf, key, 3) == [[]]
+    assert len(buf.query(key, 3, real_only=False)[0]) == 3

@@ -1,6 +1,7 @@
 """ReplayBuffer: transitions plus an hnswlib cosine index over the embedding of (task, state, action).
 
-- `add(transitions, source)`: online enrichment with a source tag (offline, real, synthetic); exact
+- `add(transitions, source)`: online enrichment with a source tag (offline: the scripted agents' and the SFT
+  policy's data; online: real transitions of the RL stages and of the experience model's refresh; synthetic); exact
   duplicates (same task, state, action and next state) are skipped; the index grows past its capacity.
 - `max_size`: when set, the oldest synthetic entries are evicted first (marked deleted in the index).
 - `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries.
@@ -48,6 +49,7 @@ class ReplayBuffer:
         self.sources: list[str] = []
         self.digests: set[str] = set()
         self.deleted: set[int] = set()
+        self.synthetic_rows: set[int] = set()  # live synthetic rows: what `real_only` leaves out, kept as rows change
         self.task_rows: dict[str, set[int]] = {}  # task id -> its rows (leakage-free retrieval)
 
     def __len__(self) -> int:
@@ -77,6 +79,8 @@ class ReplayBuffer:
         self.sources.extend([source] * len(new))
         for i, t in enumerate(new, start):
             self.task_rows.setdefault(t.task.task_id, set()).add(i)
+        if source == "synthetic":
+            self.synthetic_rows.update(range(start, need))
         self._evict()
         return len(new)
 
@@ -90,6 +94,7 @@ class ReplayBuffer:
             if s == "synthetic" and i not in self.deleted:
                 self.index.mark_deleted(i)
                 self.deleted.add(i)
+                self.synthetic_rows.discard(i)
                 t = self.items[i]
                 if t is not None:
                     self.digests.discard(_digest(t))
@@ -99,31 +104,36 @@ class ReplayBuffer:
     def query(self, keys: Sequence[str], k: int, real_only: bool = True,
               exclude_tasks: Sequence[str | None] | None = None) -> list[list[Transition]]:
         """Top-k neighbours of each key text (best first). `exclude_tasks[i]`: a task id whose transitions are
-        never returned for key i (leakage-free retrieval: a task never sees its own transitions)."""
-        if k <= 0 or len(self) == 0 or not keys:
+        never returned for key i (leakage-free retrieval: a task never sees its own transitions).
+
+        The rows a query may return are described, not listed: live rows, less the live synthetic ones
+        (`real_only`), less the excluded task's; their number comes from counters kept by `add` and the
+        eviction, so a call costs O(k log N + |excluded task's rows|), not O(N). `reference_query` is the
+        listing version it must equal."""
+        n_live = len(self)
+        blocked = self.synthetic_rows if real_only else set()
+        n_allowed = n_live - len(blocked)
+        if k <= 0 or n_live == 0 or not keys or n_allowed <= 0:
             return [[] for _ in keys]
-        allowed = [i for i, s in enumerate(self.sources) if i not in self.deleted and (not real_only or s != "synthetic")]
-        if not allowed:
-            return [[] for _ in keys]
-        kk = min(k, len(allowed))
+        kk = min(k, n_allowed)
         self.index.set_ef(max(self.ef_search, 2 * kk))
         vecs = self.embedder.embed(list(keys))
+        deleted = self.deleted
         if exclude_tasks is not None:
-            ok = set(allowed)
             out = []
             for vec, ex in zip(vecs, exclude_tasks):
                 rows = self.task_rows.get(ex, set()) if ex is not None else set()
-                n = min(kk, len(ok) - len(rows & ok))
+                n = min(kk, n_allowed - sum(1 for r in rows if r not in deleted and r not in blocked))
                 if n <= 0:
                     out.append([])
                     continue
                 labels, _ = self.index.knn_query(vec[None], k=n, num_threads=1,
-                                                 filter=lambda i: i in ok and i not in rows)
+                                                 filter=lambda i: i not in deleted and i not in blocked and i not in rows)
                 out.append([self.items[int(i)] for i in labels[0]])
             return out
-        if real_only and len(allowed) < len(self):
-            ok = set(allowed)
-            labels, _ = self.index.knn_query(vecs, k=kk, num_threads=1, filter=lambda i: i in ok)
+        if blocked:
+            labels, _ = self.index.knn_query(vecs, k=kk, num_threads=1,
+                                             filter=lambda i: i not in deleted and i not in blocked)
         else:
             labels, _ = self.index.knn_query(vecs, k=kk)
         return [[self.items[int(i)] for i in row] for row in labels]
@@ -166,4 +176,38 @@ class ReplayBuffer:
                 buf.deleted.add(i)
             elif t is not None:
                 buf.digests.add(_digest(t))
+                if row["source"] == "synthetic":
+                    buf.synthetic_rows.add(i)
         return buf
+
+
+def reference_query(buf: ReplayBuffer, keys: Sequence[str], k: int, real_only: bool = True,
+                    exclude_tasks: Sequence[str | None] | None = None) -> list[list[Transition]]:
+    """`ReplayBuffer.query` by listing: every call lists the allowed rows (O(N)) and filters on that list. The
+    straightforward statement of what `query` returns: the test of equal results and bench_replay.py's cost
+    ratio compare against it."""
+    if k <= 0 or len(buf) == 0 or not keys:
+        return [[] for _ in keys]
+    allowed = [i for i, s in enumerate(buf.sources) if i not in buf.deleted and (not real_only or s != "synthetic")]
+    if not allowed:
+        return [[] for _ in keys]
+    kk = min(k, len(allowed))
+    buf.index.set_ef(max(buf.ef_search, 2 * kk))
+    vecs = buf.embedder.embed(list(keys))
+    ok = set(allowed)
+    if exclude_tasks is not None:
+        out = []
+        for vec, ex in zip(vecs, exclude_tasks):
+            rows = buf.task_rows.get(ex, set()) if ex is not None else set()
+            n = min(kk, len(ok) - len(rows & ok))
+            if n <= 0:
+                out.append([])
+                continue
+            labels, _ = buf.index.knn_query(vec[None], k=n, num_threads=1, filter=lambda i: i in ok and i not in rows)
+            out.append([buf.items[int(i)] for i in labels[0]])
+        return out
+    if real_only and len(allowed) < len(buf):
+        labels, _ = buf.index.knn_query(vecs, k=kk, num_threads=1, filter=lambda i: i in ok)
+    else:
+        labels, _ = buf.index.knn_query(vecs, k=kk)
+    return [[buf.items[int(i)] for i in row] for row in labels]

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dreamgym_pl.core import Task
+from dreamgym_pl.envs.base import root_goal
 
 
 def task_variance(rewards: Sequence[float]) -> float:
@@ -77,20 +78,98 @@ def cluster_groups(embeddings: np.ndarray, num_clusters: int, seed: int = 0, ite
     return labels.tolist()
 
 
+_DIGIT_GAP = re.compile(r"(?<=\d) (?=\d)")
+_DECIMAL = re.compile(r"(?<=\d) \. (?=\d)")
+_LEFT_PUNCT = re.compile(r" ([,.:;!?)%])")
+_OPEN_PAREN = re.compile(r"\( ")
+_INFIX = re.compile(r"(?<=\w) ([-/'’]) (?=\w)")
+_KEY_TOKENS = re.compile(r"[^\W\d_]+|\d|\S")
+
+
+def detokenize(text: str) -> str:
+    """Undo the word tokenizer's spacing of decoded text (it splits single digits and punctuation off and
+    joins tokens with spaces): `lower than 5 0 . 0 0 dollars` -> `lower than 50.00 dollars`,
+    `flavor : vanilla , and size : 1 2 ounce` -> `flavor: vanilla, and size: 12 ounce`,
+    `x - large`, `it ' s` -> `x-large`, `it's`. Real instructions come back unchanged from
+    `detokenize(decode(encode(text)))` (tested on every built-in WebShop goal)."""
+    s = " ".join(text.split())
+    s = _DIGIT_GAP.sub("", s)
+    s = _DECIMAL.sub(".", s)
+    s = _LEFT_PUNCT.sub(r"\1", s)
+    s = _OPEN_PAREN.sub("(", s)
+    return _INFIX.sub(r"\1", s)
+
+
+def text_key(text: str) -> str:
+    """A spacing- and case-insensitive key of an instruction, split where the word tokenizer splits (letter
+    runs, single digits, single punctuation marks): a decoded instruction and its original have one key."""
+    return " ".join(_KEY_TOKENS.findall(text.lower()))
+
+
 def parse_generated_task(text: str, max_words: int = 40) -> str | None:
-    """The instruction in a generated `<task> ... </task>`; None if missing, empty or over-long."""
+    """The instruction in a generated `<task> ... </task>`, detokenised (`detokenize`); None if missing, empty
+    or over `max_words` words."""
+    return parse_task_output(text, max_words)[0]
+
+
+def parse_task_output(text: str, max_words: int = 40) -> tuple[str | None, str | None]:
+    """(instruction, None) for a generated `<task> ... </task>`, detokenised, or (None, why it does not parse)."""
     m = re.search(r"<\s*task\s*>(.*?)<\s*/\s*task\s*>", text, re.DOTALL | re.IGNORECASE)
     if not m:
-        return None
-    s = " ".join(m.group(1).split())
-    if not s or len(s.split()) > max_words:
-        return None
-    return s
+        return None, "no <task> ... </task>"
+    s = detokenize(m.group(1))
+    if not s:
+        return None, "empty task"
+    if len(s.split()) > max_words:
+        return None, f"over {max_words} words"
+    return s, None
+
+
+def judge_generation(text: str, seed: Task, known_keys: set[str], check: Callable[[str, Task], str | None],
+                     max_words: int = 40) -> tuple[str | None, dict[str, bool], str | None]:
+    """Judge one generated text for the seed it varies: (instruction or None, flags, why it is rejected or
+    None). Flags: `parsed` (tag present, not empty, not over-long), `valid` (parsed and well-formed for the
+    env: `check(instruction, seed)` returns no problem), `new` (parsed and no existing instruction has its
+    `text_key`). Accepted means valid and new."""
+    instr, why = parse_task_output(text, max_words)
+    if instr is None:
+        return None, {"parsed": False, "valid": False, "new": False}, why
+    problem = check(instr, seed)
+    new = text_key(instr) not in known_keys
+    flags = {"parsed": True, "valid": problem is None, "new": new}
+    if problem is not None:
+        return instr, flags, problem
+    if not new:
+        return instr, flags, "an existing instruction"
+    return instr, flags, None
 
 
 def task_generation_prompt(seed_instruction: str) -> str:
     return (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
             f"different and realistic : ")
+
+
+def accept_all(instruction: str, seed: Task) -> str | None:
+    """The default validity check: every parsed instruction is well-formed."""
+    return None
+
+
+def variation_pairs(tasks: Sequence[Task], family: Callable[[Task], str], n: int,
+                    rng: random.Random) -> list[tuple[Task, Task]]:
+    """`n` (seed, variation) training pairs for the task generator: the seed drawn uniformly from the tasks
+    whose family (`env.task_family`: WebShop's product type, TextWorld's kind of quest) holds another task
+    with a different instruction, the variation uniformly from those. A task alone in its family is never a
+    seed (pairing it with a task of another family would teach the generator to change what a variation
+    keeps); no pairs when every family has one instruction."""
+    by_family: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_family.setdefault(family(t), []).append(t)
+    seeds = [t for t in tasks if any(x.instruction != t.instruction for x in by_family[family(t)])]
+    out = []
+    for _ in range(n if seeds else 0):
+        a = rng.choice(seeds)
+        out.append((a, rng.choice([x for x in by_family[family(a)] if x.instruction != a.instruction])))
+    return out
 
 
 @dataclass
@@ -109,51 +188,71 @@ class Curriculum:
     most a share lambda of generated tasks into each batch.
 
     `generate(prompts) -> texts` is the generator; `task_values(trajectories) -> {task id: value}` values the
-    tasks of an iteration (the RL algorithm's grouping: GRPO groups, PPO clusters).
+    tasks of an iteration (the RL algorithm's grouping: GRPO groups, PPO clusters); `check_task(instruction,
+    seed task) -> problem or None` is the env's validity check (`env.check_generated_task`).
     """
 
     def __init__(self, original: Sequence[Task], generate: Callable[[list[str]], list[str]],
                  task_values: Callable[[list], dict[str, float]], max_share: float, min_variance: float,
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
-                 state: CurriculumState | None = None, held_out: Sequence[str] = ()):
-        """`held_out`: instructions a generated task must never equal (the val and test tasks')."""
+                 state: CurriculumState | None = None, held_out: Sequence[str] = (),
+                 check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8):
+        """`held_out`: instructions a generated task must never equal (the val and test tasks'); equality is
+        by `text_key`, so a detokenised generation and a real instruction compare like with like.
+        `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs."""
         max_generated(batch_size, max_share)  # validates lambda
         self.original = list(original)
         self.generate = generate
         self.task_values = task_values
+        self.check_task = check_task
         self.max_share, self.min_variance, self.num_seeds = max_share, min_variance, num_seeds
         self.batch_size = batch_size
-        self.max_words = max_words
+        self.max_words, self.num_examples = max_words, num_examples
         self.rng = random.Random(seed)
         self.state = state or CurriculumState()
-        self.known = {t.instruction for t in self.original} | {t.instruction for t in self.state.generated} \
-            | set(held_out)
+        self.known = {text_key(t.instruction) for t in self.original} | {
+            text_key(t.instruction) for t in self.state.generated} | {text_key(s) for s in held_out}
         self.last_logs: dict[str, float] = {}
         self.last_new: list[Task] = []
+        self.last_examples: list[tuple[str, str, str]] = []  # (seed instruction, generated text, verdict)
+
+    def _variation(self, parent: Task, instruction: str) -> Task:
+        """A generated task: played from the parent's real start (its root goal, however deep the lineage)."""
+        return Task(task_id=f"gen-{len(self.state.generated)}", instruction=instruction,
+                    goal={"generated": True, "parent_goal": root_goal(parent.goal)}, parent_id=parent.task_id,
+                    generation=parent.generation + 1)
 
     def update(self, trajs) -> None:
         by_id = {t.task.task_id: t.task for t in trajs}
         values = self.task_values(trajs)
         self.state.values.update(values)
-        self.last_new = []
+        self.last_new, self.last_examples = [], []
         seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
-        if seeds:
-            prompts = [task_generation_prompt(by_id[s].instruction) for s in seeds]
-            for sid, text in zip(seeds, self.generate(prompts)):
-                instr = parse_generated_task(text, self.max_words)
-                if instr is None or instr in self.known:
-                    self.state.rejected += 1
-                    continue
-                parent = by_id[sid]
-                task = Task(task_id=f"gen-{len(self.state.generated)}", instruction=instr,
-                            goal={"generated": True, "parent_goal": parent.goal}, parent_id=parent.task_id,
-                            generation=parent.generation + 1)
-                self.known.add(instr)
-                self.state.generated.append(task)
-                self.last_new.append(task)
+        counts = {"parsed": 0, "valid": 0, "new": 0}
+        texts = self.generate([task_generation_prompt(by_id[s].instruction) for s in seeds]) if seeds else []
+        for sid, text in zip(seeds, texts):
+            parent = by_id[sid]
+            instr, flags, why = judge_generation(text, parent, self.known, self.check_task, self.max_words)
+            for k, v in flags.items():
+                counts[k] += int(v)
+            if len(self.last_examples) < self.num_examples:
+                self.last_examples.append((parent.instruction, instr if instr is not None else text.strip(),
+                                           "accepted" if why is None else f"rejected: {why}"))
+            if why is not None:
+                self.state.rejected += 1
+                continue
+            task = self._variation(parent, instr)
+            self.known.add(text_key(instr))
+            self.state.generated.append(task)
+            self.last_new.append(task)
         self.last_logs = {"curriculum/mean_variance": float(np.mean(list(values.values()))) if values else 0.0,
                           "curriculum/num_generated": float(len(self.state.generated)),
                           "curriculum/rejected": float(self.state.rejected), "curriculum/seeds": float(len(seeds))}
+        if texts:  # shares of this iteration's generations (none without seeds)
+            n = len(texts)
+            self.last_logs.update({"curriculum/parsed_share": counts["parsed"] / n,
+                                   "curriculum/valid_share": counts["valid"] / n, "curriculum/new_share": counts["new"] / n,
+                                   "curriculum/rejected_share": (n - len(self.last_new)) / n})
 
     def sample(self, last_trajs) -> list[Task]:
         """The next batch of tasks, after learning from the last iteration's trajectories (None: none yet)."""

@@ -67,3 +67,95 @@ def test_generated_task_never_equals_a_held_out_instruction():
                      max_share=0.5, min_variance=0.05, num_seeds=2, batch_size=4, held_out=["buy a test tea"])
     cur.update([SimpleNamespace(task=t) for t in train])
     assert [t.instruction for t in cur.state.generated] == ["buy a new tea"] and cur.state.rejected == 1
+
+
+def test_detokenize_hand_computed():
+    from dreamgym_pl.curriculum import detokenize
+
+    assert detokenize("and price lower than 5 0 . 0 0 dollars") == "and price lower than 50.00 dollars"
+    assert (detokenize("find me granola with flavor : chocolate , and size : 1 2 ounce , and price lower than "
+                       "2 0 . 0 0 dollars")
+            == "find me granola with flavor: chocolate, and size: 12 ounce, and price lower than 20.00 dollars")
+    assert detokenize("it ' s an x - large t - shirt ( pack of 2 ) .") == "it's an x-large t-shirt (pack of 2)."
+    assert detokenize("  pack   of 2 ") == "pack of 2"
+    assert detokenize("size 3 feet") == "size 3 feet"  # a lone digit keeps its spaces
+
+
+def test_text_key_compares_decoded_and_real_alike():
+    from dreamgym_pl.curriculum import text_key
+
+    real = "i need red tea with size: 12 ounce, and price lower than 50.00 dollars"
+    assert text_key("I need red tea with size : 1 2 ounce , and price lower than 5 0 . 0 0 dollars") == text_key(real)
+    assert text_key(real).endswith("lower than 5 0 . 0 0 dollars")
+    assert text_key("i need red tea") != text_key("i need redtea")
+
+
+def test_parse_generated_task_detokenises():
+    assert (parse_generated_task("<task> find me tea , and price lower than 3 0 . 0 0 dollars </task>")
+            == "find me tea, and price lower than 30.00 dollars")
+
+
+def test_parse_task_output_says_why():
+    from dreamgym_pl.curriculum import parse_task_output
+
+    assert parse_task_output("i need tea")[1] == "no <task> ... </task>"
+    assert parse_task_output("<task> </task>")[1] == "empty task"
+    assert parse_task_output("<task> " + "w " * 5 + "</task>", max_words=4)[1] == "over 4 words"
+    assert parse_task_output("<task> w w w w </task>", max_words=4) == ("w w w w", None)
+
+
+def test_judge_generation_flags_and_reasons():
+    from dreamgym_pl.curriculum import judge_generation, text_key
+
+    seed = Task("s", "buy tea")
+    known = {text_key("buy tea"), text_key("buy 12 teas")}
+    no_coffee = lambda instr, seed: "coffee" if "coffee" in instr else None  # noqa: E731
+    assert judge_generation("buy", seed, known, no_coffee) == (None, {"parsed": False, "valid": False, "new": False},
+                                                               "no <task> ... </task>")
+    assert judge_generation("<task> buy 1 2 teas </task>", seed, known, no_coffee) == (
+        "buy 12 teas", {"parsed": True, "valid": True, "new": False}, "an existing instruction")
+    assert judge_generation("<task> buy coffee </task>", seed, known, no_coffee) == (
+        "buy coffee", {"parsed": True, "valid": False, "new": True}, "coffee")
+    assert judge_generation("<task> buy green tea </task>", seed, known, no_coffee) == (
+        "buy green tea", {"parsed": True, "valid": True, "new": True}, None)
+
+
+def test_variation_pairs_stay_in_the_family_and_skip_singletons():
+    from dreamgym_pl.curriculum import variation_pairs
+
+    tasks = [Task("a1", "tea a", {"category": "tea"}), Task("a2", "tea b", {"category": "tea"}),
+             Task("a3", "tea a", {"category": "tea"}),  # same text as a1: never a1's variation
+             Task("b1", "chair", {"category": "chair"})]  # alone in its family: never a seed
+    pairs = variation_pairs(tasks, lambda t: t.goal["category"], 200, random.Random(0))
+    assert len(pairs) == 200
+    assert {(a.task_id, b.instruction) for a, b in pairs} == {("a1", "tea b"), ("a2", "tea a"), ("a3", "tea b")}
+    assert variation_pairs(tasks[3:], lambda t: t.goal["category"], 10, random.Random(0)) == []
+
+
+def test_curriculum_logs_shares_examples_and_roots_lineage():
+    from types import SimpleNamespace
+
+    from dreamgym_pl.curriculum import Curriculum
+
+    train = [Task("t0", "buy tea", {"category": "tea"}), Task("t1", "buy mugs", {"category": "mug"}),
+             Task("t2", "buy jam", {"category": "jam"}), Task("t3", "buy 12 cups", {"category": "cup"})]
+    outputs = iter([["<task> buy green tea </task>", "<task> buy 1 2 cups </task>", "nothing",
+                     "<task> buy a chair </task>"]])
+    cur = Curriculum(train, lambda prompts: next(outputs)[: len(prompts)],
+                     lambda trajs: {"t0": 0.25, "t1": 0.25, "t2": 0.2, "t3": 0.1}, max_share=0.5, min_variance=0.05,
+                     num_seeds=4, batch_size=4, check_task=lambda instr, seed: "a chair" if "chair" in instr else None)
+    cur.update([SimpleNamespace(task=t) for t in train])
+    assert [t.instruction for t in cur.state.generated] == ["buy green tea"]
+    logs = cur.last_logs
+    assert (logs["curriculum/parsed_share"], logs["curriculum/valid_share"], logs["curriculum/new_share"],
+            logs["curriculum/rejected_share"]) == (0.75, 0.5, 0.5, 0.75)
+    assert cur.state.rejected == 3
+    assert cur.last_examples == [("buy tea", "buy green tea", "accepted"),
+                                 ("buy mugs", "buy 12 cups", "rejected: an existing instruction"),
+                                 ("buy jam", "nothing", "rejected: no <task> ... </task>"),
+                                 ("buy 12 cups", "buy a chair", "rejected: a chair")]
+    # a variation of a variation is played from the root's goal
+    gen = cur.state.generated[0]
+    assert gen.goal == {"generated": True, "parent_goal": {"category": "tea"}}
+    grand = cur._variation(gen, "buy black tea")
+    assert grand.goal["parent_goal"] == {"category": "tea"} and grand.generation == 2 and grand.parent_id == gen.task_id

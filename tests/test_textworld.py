@@ -168,3 +168,16 @@ def test_generated_task_starts_in_its_parents_game(tw_env):
     gen = Task("gen-0", "take the key and open the chest", goal={"generated": True, "parent_goal": parent.goal},
                parent_id=parent.task_id, generation=1)
     assert initial_observation(tw_env, gen).text == tw_env.reset([parent])[0].text
+
+
+def test_families_are_quest_kinds_and_real_objectives_are_grounded(tw_env):
+    """A text game's family is the verb of its winning command; its own objective passes the check of generated
+    tasks for its game, another game's objective (other objects) does not."""
+    from dreamgym_pl.curriculum import detokenize
+
+    tasks = [t for s in ("train", "val", "test") for t in tw_env.tasks(s)]
+    for t in tasks:
+        assert tw_env.task_family(t) == t.goal["walkthrough"][-1].split()[0].lower()
+        assert tw_env.check_generated_task(detokenize(t.instruction.lower()), t) is None
+    a, b = tasks[0], next(t for t in tasks[1:] if not set(t.goal["entities"]) <= set(tasks[0].goal["entities"]))
+    assert tw_env.check_generated_task(b.instruction, a) is not None

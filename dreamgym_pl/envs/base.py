@@ -119,12 +119,30 @@ class Environment(ABC):
         return self.reset([task])[0]
 
     def task_family(self, task: Task) -> str:
-        """Tasks of one family are variations of each other (task-generation training pairs)."""
-        return str(task.goal.get("category", ""))
+        """The finest grouping whose tasks are variations of one another: what a variation keeps (WebShop: the
+        product type; TextWorld: the kind of quest), the rest (attributes, options, objects) free. The task
+        generator trains on (seed, another task of its family) pairs (`curriculum.variation_pairs`). By
+        default the goal's `category`; a curriculum-generated task has its root parent's family."""
+        return str(root_goal(task.goal).get("category", ""))
+
+    def check_generated_task(self, instruction: str, seed: Task) -> str | None:
+        """Why a generated (detokenised) instruction is not a well-formed variation of `seed` in this env
+        (e.g. another product type, an unreadable price, an object its game lacks), or None when it is. The
+        default accepts every instruction."""
+        return None
+
+
+def root_goal(goal: dict[str, Any]) -> dict[str, Any]:
+    """The real goal under a curriculum-generated task's (`{"generated": True, "parent_goal": ...}`, nested once
+    per generation): where the task is played from, and what its family is."""
+    while goal.get("generated") and isinstance(goal.get("parent_goal"), dict):
+        goal = goal["parent_goal"]
+    return goal
 
 
 CONTRACT = ("tasks", "reset", "step", "scripted_agent", "explain", "corpus", "normalize_action", "is_admissible",
-            "invalid_observation", "initial_observation", "task_family", "max_steps", "instructions", "action_stop", "atomic_words")
+            "invalid_observation", "initial_observation", "task_family", "check_generated_task", "max_steps",
+            "instructions", "action_stop", "atomic_words")
 
 
 def check_contract(env: Any, name: str) -> None:

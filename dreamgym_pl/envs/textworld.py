@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from dreamgym_pl.agents import RandomAgent
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
-from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, scripted_agent_by_name
+from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, root_goal, scripted_agent_by_name
 
 TEST_SEED_BASE = 1_000_000  # test games use seeds TEST_SEED_BASE + i: disjoint from the train seeds 1..N
 VAL_SEED_BASE = 2_000_000   # val games use seeds VAL_SEED_BASE + i: disjoint from train and test
@@ -97,6 +97,37 @@ def textworld_reasoning(t: Transition) -> str:
     else:
         parts.append("the quest is not finished so the reward is 0.00")
     return " ".join(parts)
+
+
+def quest_kind(walkthrough: Sequence[str]) -> str | None:
+    """The kind of a quest: the verb of its last walkthrough command, the step that wins it (`put`, `insert`,
+    `eat`, `unlock`, ...); None without a walkthrough."""
+    steps = [c.split()[0].lower() for c in walkthrough if c.split()]
+    return steps[-1] if steps else None
+
+
+def _mentions(text: str, phrase: str) -> bool:
+    return re.search(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", text) is not None
+
+
+def entity_problem(instruction: str, own: Sequence[str], others: Sequence[str]) -> str | None:
+    """Why a generated quest text is not grounded in its game (whose entities, objects and rooms, are `own`;
+    `others` are the entities of the other games): it names none of its game's entities, or names one its
+    game lacks. None when grounded, or when the game lists no entities (nothing to check against)."""
+    text = " ".join(instruction.lower().split())
+    own_l = sorted({e.lower() for e in own}, key=len, reverse=True)
+    if not own_l:
+        return None
+    named = [e for e in own_l if _mentions(text, e)]
+    if not named:
+        return "names no object or room of its game"
+    for e in named:  # longest first: `type x box` is taken out before `box` is looked for
+        text = re.sub(r"(?<![\w-])" + re.escape(e) + r"(?![\w-])", " ", text)
+    foreign = sorted({e.lower() for e in others} - set(own_l), key=len, reverse=True)
+    for e in foreign:
+        if _mentions(text, e):
+            return f"names {e!r}, which its game lacks"
+    return None
 
 
 # ----- generation ------------------------------------------------------------------------------------
@@ -301,6 +332,7 @@ class TextWorldVecEnv(SerialVecEnv):
         self.splits = {"train": train, "val": val, "test": test}
         super().__init__(lambda: TextWorldEnv(max_steps, intermediate_reward, wrappers), self._tasks, max_steps)
         self.name = name
+        self._all_entities: list[str] | None = None  # every game's entities, for `check_generated_task`
 
     def _tasks(self, split: str) -> list[Task]:
         return pick_split(self.splits, split, self.name)
@@ -312,6 +344,21 @@ class TextWorldVecEnv(SerialVecEnv):
 
     def explain(self, t: Transition) -> str:
         return textworld_reasoning(t)
+
+    def task_family(self, task: Task) -> str:
+        """The kind of quest (`quest_kind`: the verb of the winning command), else the goal's category (ALFWorld:
+        its task type, e.g. pick_and_place_simple)."""
+        g = root_goal(task.goal)
+        return quest_kind(g.get("walkthrough") or []) or str(g.get("category", ""))
+
+    def check_generated_task(self, instruction: str, seed: Task) -> str | None:
+        """A variation is played in its seed's game: it must name an entity of that game and none that only
+        other games hold (`entity_problem`); games without an entity list (ALFWorld) accept every text."""
+        own = root_goal(seed.goal).get("entities") or []
+        if own and self._all_entities is None:
+            self._all_entities = sorted({e for split in self.splits.values() for t in split
+                                         for e in t.goal.get("entities", [])})
+        return entity_problem(instruction, own, self._all_entities or [])
 
     def corpus(self) -> list[str]:
         """Vocabulary for the tiny word tokenizer: the reasoning templates, and the entity names and room

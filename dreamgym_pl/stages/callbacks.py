@@ -89,9 +89,19 @@ class TestCurve(L.Callback):
         logs.update({"test/success_rate": res["success_rate"], "test/mean_score": res["mean_score"]})
 
 
+def generation_examples_text(examples: list[tuple[str, str, str]]) -> str:
+    """TensorBoard markdown of task-generation examples (seed instruction, generated text, verdict): one
+    paragraph each, the texts as code so that markdown leaves them as generated."""
+    def code(s: str) -> str:
+        return "`" + s.replace("`", "'") + "`"
+
+    return "\n\n".join(f"**{verdict}**: {code(seed)} -> {code(gen)}" for seed, gen, verdict in examples)
+
+
 class CurriculumLogs(L.Callback):
     """Synthetic RL: merges data-parallel synthetic enrichment, adds the curriculum's logs to the iteration's
-    and shows newly generated tasks as TensorBoard text (`curriculum/generated_tasks`)."""
+    and shows newly generated tasks (`curriculum/generated_tasks`) and examples of generations, seed ->
+    generated with its verdict (`curriculum/generation_examples`), as TensorBoard text."""
 
     def __init__(self, curriculum: Any, synthetic_env: Any):
         self.curriculum, self.senv = curriculum, synthetic_env
@@ -105,3 +115,6 @@ class CurriculumLogs(L.Callback):
             pl_module.logger.experiment.add_text("curriculum/generated_tasks",
                                                  "\n\n".join(f"{t.task_id} (from {t.parent_id}): {t.instruction}"
                                                              for t in cur.last_new[:8]), dm.iteration)
+        if cur.last_examples and pl_module.logger is not None:
+            pl_module.logger.experiment.add_text("curriculum/generation_examples",
+                                                 generation_examples_text(cur.last_examples), dm.iteration)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_pl import dist
-from dreamgym_pl.curriculum import task_generation_prompt
+from dreamgym_pl.curriculum import task_generation_prompt, variation_pairs
 from dreamgym_pl.experience.annotate import annotate
 from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
 from dreamgym_pl.policy.samples import StepSample
@@ -51,23 +51,18 @@ def save_replay(run: Run, buffer: Any) -> None:
 
 
 def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
-    """Teach the experience model the task-generator format: seed task -> a related train task of the same
-    family (`env.task_family`)."""
+    """Teach the experience model the task-generator format on real variations: seed train task -> another
+    train task of its family (`env.task_family`: WebShop's product type, TextWorld's kind of quest), drawn by
+    `curriculum.variation_pairs`."""
     n = run.cfg.curriculum.train_examples
     if n <= 0:
         return []
-    tasks = run.env.tasks("train")
-    by_family: dict[str, list] = {}
-    for t in tasks:
-        by_family.setdefault(run.env.task_family(t), []).append(t)
-    rng = random.Random(run.cfg.seed)
+    pairs = variation_pairs(run.env.tasks("train"), run.env.task_family, n, random.Random(run.cfg.seed))
+    if not pairs:
+        log.warning("experience: no task-generation examples: every task family (env.task_family) of the train "
+                    "split holds one instruction, so no train task is a variation of another")
     out = []
-    for _ in range(n):
-        a = rng.choice(tasks)
-        pool = by_family[run.env.task_family(a)]
-        b = rng.choice(pool)
-        if b.task_id == a.task_id and len(pool) > 1:
-            b = rng.choice([x for x in pool if x.task_id != a.task_id])
+    for a, b in pairs:
         p = tok(task_generation_prompt(a.instruction), add_special_tokens=False)["input_ids"]
         t = tok(f"<{TASK_TAG}> {b.instruction} </{TASK_TAG}>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         out.append(StepSample(p, t))

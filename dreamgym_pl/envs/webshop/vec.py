@@ -8,9 +8,10 @@ import re
 from typing import Any
 
 from dreamgym_pl.core import Observation, Task, Transition
-from dreamgym_pl.envs.base import SerialVecEnv, action_key, register
+from dreamgym_pl.envs.base import SerialVecEnv, action_key, register, root_goal
 from dreamgym_pl.envs.webshop.agents import make_webshop_agent
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
+from dreamgym_pl.envs.webshop.goals import goal_type, products_by_type, variation_problem
 from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
 from dreamgym_pl.envs.webshop.search import product_text
 
@@ -32,6 +33,7 @@ class WebShopVecEnv(SerialVecEnv):
         self.engine = engine
         self._env_args = (max_steps, show_instruction, product_ids, show_attributes)
         super().__init__(self._new_env, engine.tasks, max_steps)
+        self._by_type = products_by_type(engine.products)
 
     def _new_env(self) -> WebShopEnv:
         return WebShopEnv(self.engine, *self._env_args)
@@ -70,6 +72,17 @@ class WebShopVecEnv(SerialVecEnv):
     def initial_observation(self, task: Task) -> Observation:
         """The search page of `task`, from a fresh single env (the batch slots are left alone)."""
         return self._new_env().reset(task)
+
+    def task_family(self, task: Task) -> str:
+        """The goal's product type (its query): a variation asks for the same kind of product with other
+        attributes, options or price bound."""
+        return goal_type(root_goal(task.goal))
+
+    def check_generated_task(self, instruction: str, seed: Task) -> str | None:
+        """A well-formed variation reads back into a goal (`goals.parse_instruction`) of the seed's product type,
+        with attributes and options the catalogue knows for that type, a numeric price bound, and at least one
+        product of the catalogue fulfilling it."""
+        return variation_problem(instruction, root_goal(seed.goal), self._by_type)
 
 
 @register("webshop")

@@ -5,10 +5,12 @@ import json
 
 import pytest
 
-from dreamgym_pl.envs.browser import registering_module, webarena_intents, webarena_tasks
+from dreamgym_pl.envs.browser import (BrowserVecEnv, miniwob_tasks, registering_module, webarena_intents,
+                                     webarena_tasks, webarena_templates)
 
 CONFIGS = json.dumps([  # the shape of webarena's test.raw.json (only the keys read here)
-    {"task_id": 0, "intent": "What is the top-1 best selling product in 2022", "sites": ["shopping_admin"]},
+    {"task_id": 0, "intent": "What is the top-1 best selling product in 2022", "sites": ["shopping_admin"],
+     "intent_template_id": 279},
     {"task_id": 27, "intent": "Tell me the count of comments that have received more downvotes than upvotes\n"
                               "for the user who made the latest post on the Showerthoughts forum.", "sites": ["reddit"]},
 ])
@@ -36,3 +38,15 @@ def test_webarena_instructions_are_the_tasks_intents():
     assert tasks[0].task_id == "webarena-train-27" and tasks[0].goal["task"] == "27"
     with pytest.raises(ValueError, match=r"task ids \[999\] are not WebArena tasks"):
         webarena_tasks([0, 999], "test", intents)
+
+
+def test_webarena_families_are_intent_templates():
+    """Instances of one intent template are variations of one another (the task generator's training pairs);
+    a task without a template falls back to the category, a MiniWoB task's family is its task."""
+    templates = webarena_templates(CONFIGS)
+    assert templates == {"0": "279"}
+    tasks = webarena_tasks([0, 27], "train", webarena_intents(CONFIGS), templates)
+    assert tasks[0].goal["template"] == "279" and "template" not in tasks[1].goal
+    env = BrowserVecEnv.__new__(BrowserVecEnv)  # task_family reads the task only: no browser needed
+    assert [env.task_family(t) for t in tasks] == ["template-279", "webarena"]
+    assert env.task_family(miniwob_tasks(["click-button"], [3], "train")[0]) == "click-button"

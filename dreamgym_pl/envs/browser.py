@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
-from dreamgym_pl.envs.base import pick_split, register, scripted_agent_by_name
+from dreamgym_pl.envs.base import pick_split, register, root_goal, scripted_agent_by_name
 from dreamgym_pl.envs.miniwob_agents import _LINE, FILLABLE, MiniWoBOracle, RandomBrowserAgent, elements
 from dreamgym_pl.envs.parallel import ProcessVecEnv
 
@@ -275,6 +275,12 @@ class BrowserVecEnv(ProcessVecEnv):
     def explain(self, t: Transition) -> str:
         return browser_reasoning(t)
 
+    def task_family(self, task: Task) -> str:
+        """WebArena: the task's intent template (`template-<id>`); MiniWoB: the task (its category), whose seeds
+        are its variations."""
+        g = root_goal(task.goal)
+        return f"template-{g['template']}" if g.get("template") is not None else str(g.get("category", ""))
+
     def corpus(self) -> list[str]:
         return ["goal : click('0') fill('0', 'x') noop() TEXT", browser_reasoning.__doc__ or "",
                 "the action fails so the page does not change this completes the task so the episode ends with "
@@ -340,8 +346,9 @@ def make_webarena(split_file: str | None = None, max_steps: int = 30, timeout_ms
 
     import webarena  # browsergym-webarena's dependency: the task configs
 
-    intents = webarena_intents(importlib.resources.files(webarena).joinpath("test.raw.json").read_text())
-    mk = lambda ids, sp: webarena_tasks(ids, sp, intents)  # noqa: E731
+    configs = importlib.resources.files(webarena).joinpath("test.raw.json").read_text()
+    intents, templates = webarena_intents(configs), webarena_templates(configs)
+    mk = lambda ids, sp: webarena_tasks(ids, sp, intents, templates)  # noqa: E731
     train, val = webarena_train_val(split)
     return BrowserVecEnv(mk(train, "train"), mk(split["test"], "test"), max_steps, timeout_ms,
                          "browsergym/webarena.", workers, slots_per_worker, val=mk(val, "val"))
@@ -352,12 +359,24 @@ def webarena_intents(configs_json: str) -> dict[str, str]:
     return {str(c["task_id"]): " ".join(str(c["intent"]).split()) for c in json.loads(configs_json)}
 
 
-def webarena_tasks(ids: Sequence, split: str, intents: dict[str, str]) -> list[Task]:
+def webarena_templates(configs_json: str) -> dict[str, str]:
+    """task id -> its intent template id (WebArena's tasks are instances of 241 templates), from the task
+    configs; tasks without one are left out."""
+    return {str(c["task_id"]): str(c["intent_template_id"]) for c in json.loads(configs_json)
+            if c.get("intent_template_id") is not None}
+
+
+def webarena_tasks(ids: Sequence, split: str, intents: dict[str, str],
+                   templates: dict[str, str] | None = None) -> list[Task]:
+    """Tasks of the given ids, their instruction the intent; `template` in the goal where `templates` knows it
+    (the task's family: instances of one template are variations of one another)."""
     missing = [i for i in ids if str(i) not in intents]
     if missing:
         raise ValueError(f"env.split_file: task ids {missing[:5]} are not WebArena tasks (no config with that task_id)")
+    templates = templates or {}
     return [Task(task_id=f"webarena-{split}-{i}", instruction=intents[str(i)],
-                 goal={"task": str(i), "seed": 0, "split": split, "category": "webarena"}) for i in ids]
+                 goal={"task": str(i), "seed": 0, "split": split, "category": "webarena",
+                       **({"template": templates[str(i)]} if str(i) in templates else {})}) for i in ids]
 
 
 def webarena_train_val(split: dict[str, list]) -> tuple[list, list]:

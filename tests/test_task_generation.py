@@ -149,3 +149,32 @@ def test_generation_examples_text():
 
     text = generation_examples_text([("buy tea", "buy `green` tea", "accepted"), ("buy jam", "x", "rejected: no tag")])
     assert text == "**accepted**: `buy tea` -> `buy 'green' tea`\n\n**rejected: no tag**: `buy jam` -> `x`"
+
+
+def test_experience_stage_trains_the_generator_on_same_type_pairs(shop):
+    """The experience stage's task-generation samples: prompt = the seed, target = `<task> variation </task>`,
+    the variation of the seed's product type, and after decoding + detokenising the real instruction itself."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from dreamgym_pl.curriculum import parse_generated_task
+    from dreamgym_pl.experience.format import atomic_tags
+    from dreamgym_pl.models import train_word_tokenizer
+    from dreamgym_pl.stages.experience import task_generation_examples
+
+    train = shop.tasks("train")
+    prompt_words = "seed task : write a new task that is challenging but feasible , meaningfully different and realistic"
+    tok = train_word_tokenizer(shop.corpus() + [t.instruction for t in train] + [prompt_words],
+                               atomic_words=atomic_tags())
+    run = SimpleNamespace(cfg=OmegaConf.create({"curriculum": {"train_examples": 60}, "seed": 0}), env=shop)
+    samples = task_generation_examples(run, tok)
+    assert len(samples) == 60
+    by_text = {t.instruction: t for t in train}
+    for s in samples:
+        prompt = tok.decode(s.prompt_ids)
+        seed_text = prompt.split("seed task : ", 1)[1].split(" write a new task", 1)[0]
+        variation = parse_generated_task(tok.decode(s.response_ids, skip_special_tokens=True))
+        seed = next(t for t in train if text_key(t.instruction) == text_key(seed_text))
+        assert variation in by_text and variation != seed.instruction
+        assert by_text[variation].goal["query"] == seed.goal["query"]

@@ -145,6 +145,8 @@ def judge_generation(text: str, seed: Task, known_keys: set[str], check: Callabl
 
 
 def task_generation_prompt(seed_instruction: str) -> str:
+    """The task generator's prompt (the experience model as M_task): the seed's instruction and the request
+    for a variation."""
     return (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
             f"different and realistic : ")
 
@@ -180,6 +182,10 @@ class CurriculumState:
     generated: list[Task] = field(default_factory=list)
     rejected: int = 0
     shares: list[float] = field(default_factory=list)
+    attempts: int = 0  # generations judged so far, and how many were valid / new / both (`judge_generation`)
+    valid: int = 0
+    new: int = 0
+    accepted: int = 0
 
 
 class Curriculum:
@@ -235,12 +241,16 @@ class Curriculum:
             instr, flags, why = judge_generation(text, parent, self.known, self.check_task, self.max_words)
             for k, v in flags.items():
                 counts[k] += int(v)
+            self.state.attempts += 1
+            self.state.valid += int(flags["valid"])
+            self.state.new += int(flags["new"])
             if len(self.last_examples) < self.num_examples:
                 self.last_examples.append((parent.instruction, instr if instr is not None else text.strip(),
                                            "accepted" if why is None else f"rejected: {why}"))
             if why is not None:
                 self.state.rejected += 1
                 continue
+            self.state.accepted += 1
             task = self._variation(parent, instr)
             self.known.add(text_key(instr))
             self.state.generated.append(task)
@@ -253,6 +263,13 @@ class Curriculum:
             self.last_logs.update({"curriculum/parsed_share": counts["parsed"] / n,
                                    "curriculum/valid_share": counts["valid"] / n, "curriculum/new_share": counts["new"] / n,
                                    "curriculum/rejected_share": (n - len(self.last_new)) / n})
+
+    def totals(self) -> dict[str, float]:
+        """The stage's task generation so far: generations judged, and the shares of them that were valid, new
+        and rejected (curriculum/generation_* for metrics.json)."""
+        st, n = self.state, max(1, self.state.attempts)
+        return {"curriculum/generation_attempts": float(st.attempts), "curriculum/generation_valid_share": st.valid / n,
+                "curriculum/generation_new_share": st.new / n, "curriculum/generation_rejected_share": (st.attempts - st.accepted) / n}
 
     def sample(self, last_trajs) -> list[Task]:
         """The next batch of tasks, after learning from the last iteration's trajectories (None: none yet)."""

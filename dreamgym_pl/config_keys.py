@@ -186,6 +186,10 @@ RULES: dict[str, Rule] = {
     "experience.temperature": NONNEG,
     "experience.invalid_action": one_of("end", "stay", "model"),
     "experience.max_new_tokens": POS_INT,
+    "experience.refresh_every": NONNEG_INT,
+    "experience.refresh_episodes": POS_INT,
+    "experience.refresh_steps": POS_INT,
+    "experience.refresh_lr": POS,
     # ----- replay / curriculum -----------------------------------------------------------------
     "replay.embedder": one_of("hashing", "minilm"),
     "replay.dim": POS_INT,

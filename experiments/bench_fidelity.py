@@ -1,7 +1,7 @@
 """Fidelity of a run's experience model on a policy's own behaviour (closed and open loop).
 
-    python experiments/bench_fidelity.py --run-dir D [--policy sft] [--tasks 200] [--rollouts-per-task 4] \
-        [--seed 0] [--split train] [--open-loop-steps 1000] --out F.json [key=value ...]
+    python experiments/bench_fidelity.py --run-dir D [--policy sft] [--experience DIR] [--tasks 200] \
+        [--rollouts-per-task 4] [--seed 0] [--split train] [--open-loop-steps 1000] --out F.json [key=value ...]
 
 Closed loop: the policy, sampled as in RL (`algo.temperature`), plays the same N tasks R times in the real env
 and in the synthetic env (the run's experience model, replay buffer and rules): success, return, steps and
@@ -11,7 +11,9 @@ reward/done agreement, terminal-success precision/recall/F1, next-action recall,
 Retrieval follows `replay.exclude` (default task: no task ever sees its own transitions). Trailing
 `key=value` overrides change the synthetic env's settings (e.g. `experience.invalid_action=end`). Tasks are
 train tasks the offline data never touched (the experience model never trained on them), or `--split val`
-where an env has one; never test. Writes flat keys to F.json.
+where an env has one; never test. The experience model is the run's current one (after synthetic RL with
+`experience.refresh_every` > 0: the refreshed one), or `--experience DIR` (relative to the run directory, e.g.
+checkpoints/experience: the model before the refresh). Writes flat keys to F.json.
 """
 
 from __future__ import annotations
@@ -39,8 +41,7 @@ from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
-from dreamgym_pl.envs.meter import EnvMeter, StoredStarts  # noqa: E402
-from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, start_task  # noqa: E402
+from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, stored_starts  # noqa: E402
 
 ROWS = [("success", "closed_loop/real_success", "closed_loop/synthetic_success"),
         ("mean return", "closed_loop/mean_return_real", "closed_loop/mean_return_synthetic"),
@@ -55,6 +56,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--policy", default="sft", help="stage whose policy checkpoint plays (sft, synthetic_rl, ...)")
+    ap.add_argument("--experience", default=None,
+                    help="experience model folder in the run directory (default: the run's current one)")
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--rollouts-per-task", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
@@ -83,7 +86,8 @@ def main() -> None:
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,
                          algo.cfg.max_new_tokens, algo.cfg.top_p)
     buffer = load_replay(run)
-    senv = make_synthetic_env(run, buffer, StoredStarts(EnvMeter(run.env), start_task))
+    experience = load_pretrained(d / args.experience, cfg.model.get("dtype", "float32")) if args.experience else None
+    senv = make_synthetic_env(run, buffer, stored_starts(run), experience)
     senv.enrich = False  # a measurement: the buffer stays as the run left it
     out: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -103,7 +107,8 @@ def main() -> None:
                 "bench/real_s": t1 - t0, "bench/synthetic_s": t2 - t1, "bench/open_loop_s": time.perf_counter() - t2})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({**out, "args": {**vars(args), "overrides": overrides}}, indent=1, sort_keys=True))
-    print(f"policy {args.policy} on {len(tasks)} {args.split} tasks x {args.rollouts_per_task} rollouts; "
+    print(f"policy {args.policy}, experience model {args.experience or run.state.get('experience')}, "
+          f"on {len(tasks)} {args.split} tasks x {args.rollouts_per_task} rollouts; "
           f"replay.exclude={cfg.replay.exclude}, experience.invalid_action={cfg.experience.invalid_action}")
     print("| closed loop | real | synthetic |\n|---|---|---|")
     for name, a, b in ROWS:

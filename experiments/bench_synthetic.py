@@ -21,8 +21,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from dreamgym_pl.models import load_pretrained  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.experience import load_replay  # noqa: E402
-from dreamgym_pl.envs.meter import EnvMeter, StoredStarts  # noqa: E402
-from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, start_task  # noqa: E402
+from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, stored_starts  # noqa: E402
 from dreamgym_pl.rollout.actor import policy_actor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
@@ -39,7 +38,7 @@ def main() -> None:
     cfg.resume = True
     run = Run(cfg, d)
     buffer = load_replay(run)
-    senv = make_synthetic_env(run, buffer, StoredStarts(EnvMeter(run.env), start_task))
+    senv = make_synthetic_env(run, buffer, stored_starts(run))
     senv.enrich = False
     policy, tok = load_pretrained(d / "checkpoints" / "sft")
     actor = policy_actor(HFEngine(policy, tok), run.prompt_cfg, run.env, temperature=1.0, max_new_tokens=16)

@@ -71,7 +71,7 @@ def _counters(run_dir):
     keep = {k: v for k, v in m.items() if not any(w in k for w in WALL_CLOCK)}
     buf = ReplayBuffer.load(run_dir / "replay", HashingEmbedder(256))
     keep.update({"replay/entries": len(buf), "replay/offline": buf.count("offline"),
-                 "replay/synthetic": buf.count("synthetic")})
+                 "replay/synthetic": buf.count("synthetic"), "replay/online": buf.count("online")})
     return keep
 
 
@@ -144,7 +144,9 @@ def test_kill_storm(tmp_path):
     assert want["synthetic_rl/real_transitions"] == 0  # measured at the real env: synthetic RL never stepped it
     assert want["budget/real_resets"] == sum(want[f"{s}/real_resets"] for s in ("collect", "experience", "synthetic_rl",
                                                                                  "s2r"))
-    assert want["replay/entries"] == want["replay/offline"] + want["replay/synthetic"] == want["synthetic_rl/replay_size"]
+    assert want["replay/offline"] + want["replay/synthetic"] == want["synthetic_rl/replay_size"]
+    assert want["replay/entries"] == want["synthetic_rl/replay_size"] + want["replay/online"] == want["s2r/replay_size"]
+    assert 0 < want["replay/online"] == want["s2r/replay_added"] <= want["s2r/real_transitions"]  # s2r's, once each
     assert want["budget/real_transitions"] == want["collect/real_transitions"] + want["experience/real_transitions"] \
         + want["s2r/real_transitions"]
     print(f"reference run {ref_seconds:.0f} s; {len(kills)} kills over {launches} launches: {kills}; "

@@ -57,9 +57,11 @@ def test_sigkill_mid_stage_then_resume(tmp_path):
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"] >= 200
     assert m["synthetic_rl/iterations"] > killed_at
-    # replay buffer: all offline transitions kept, no duplicates, synthetic entries added on top
+    # replay buffer: all offline transitions kept, no duplicates, synthetic and online entries added on top
     buf = ReplayBuffer.load(run_dir / "replay", HashingEmbedder(256))
     live = [t for i, t in enumerate(buf.items) if i not in buf.deleted]
     assert len({_digest(t) for t in live}) == len(live)
     assert buf.count("offline") == m["experience/replay_size"]
-    assert len(buf) == buf.count("offline") + buf.count("synthetic")
+    # s2r's real transitions join it as online entries
+    assert len(buf) == buf.count("offline") + buf.count("synthetic") + buf.count("online")
+    assert buf.count("online") == m["s2r/replay_added"] > 0

@@ -1,18 +1,25 @@
 """synthetic_rl (DreamGym): GRPO/PPO against the experience model, with the curriculum -> checkpoints/synthetic_rl,
 replay/ (enriched), curriculum/. Its real interactions are measured, not assumed: the real env it holds is an
 EnvMeter (synthetic_rl/real_transitions: steps, 0 unless a change steps it), and the first observation of each
-start task is fetched once and stored (synthetic_rl/real_resets). A checkpoint holds the replay buffer, the
-curriculum (random state included), the stored first observations and the synthetic env's counters."""
+start task is fetched once and stored (synthetic_rl/real_resets). With `experience.refresh_every` > 0 the
+experience model is refreshed on the policy's real episodes every N iterations (experience/refresh.py): their
+real steps go through the same EnvMeter, into the buffer, and the refreshed model is saved as
+checkpoints/experience_refreshed (the run's experience model from then on). A checkpoint holds the replay buffer,
+the curriculum (random state included), the stored first observations, the synthetic env's and the meter's
+counters, and with a refresh the experience model and the refresh's counters."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from dreamgym_pl import dist
 from dreamgym_pl.core import Task, from_dict, iter_jsonl, write_jsonl
 from dreamgym_pl.curriculum import Curriculum, CurriculumState
 from dreamgym_pl.experience.format import STOP, TASK_STOP
+from dreamgym_pl.experience.refresh import ExperienceRefresh
 from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.policy.algos import RLAlgorithm
 from dreamgym_pl.rollout.datamodule import RolloutDataModule
@@ -40,13 +47,30 @@ def initial_observation(env: Any, task: Task) -> Any:
     return env.initial_observation(start_task(task))
 
 
-def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts) -> SyntheticEnv:
+def stored_starts(run: Run) -> StoredStarts:
+    """The real env's first observations, fetched once per start task through a metered real env."""
+    return StoredStarts(EnvMeter(run.env), start_task)
+
+
+def load_experience(run: Run, vdir: Path | None = None) -> tuple[Any, Any]:
+    """The experience model and tokenizer: a synthetic_rl checkpoint's refreshed one (`vdir`/experience, when it
+    has one), else the run's (`run.state["experience"]`)."""
     from dreamgym_pl.models import load_pretrained
 
-    path = run.dir / run.state.get("experience", "checkpoints/experience")
-    with reading(path, "rerun with resume=false, or drop experience and the stages after it from stages.json's "
-                       "completed list (the experience stage makes it again)"):
-        model, tok = load_pretrained(path, run.cfg.model.get("dtype", "float32"))
+    if vdir is not None and (vdir / "experience").is_dir():
+        path, fix = vdir / "experience", checkpoints(run, "synthetic_rl").fix
+    else:
+        path = run.dir / run.state.get("experience", "checkpoints/experience")
+        fix = ("rerun with resume=false, or drop experience and the stages after it from stages.json's completed "
+               "list (the experience stage makes it again)")
+    with reading(path, fix):
+        return load_pretrained(path, run.cfg.model.get("dtype", "float32"))
+
+
+def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
+                       experience: tuple[Any, Any] | None = None) -> SyntheticEnv:
+    """The synthetic env over `experience` (model, tokenizer; default: the run's experience model)."""
+    model, tok = experience or load_experience(run)
     e = run.cfg.experience
     params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=list(STOP))
     return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run),
@@ -91,12 +115,65 @@ def save_curriculum(sdir: Path, cur: Curriculum) -> None:
     write_jsonl(sdir / "generated_tasks.jsonl", st.generated)
 
 
-def save_extras(vdir: Path, buffer: Any, cur: Curriculum, senv: SyntheticEnv, starts: StoredStarts) -> None:
-    """What synthetic RL adds to a checkpoint (and to the run directory at its end)."""
+def save_extras(vdir: Path, buffer: Any, cur: Curriculum, senv: SyntheticEnv, starts: StoredStarts,
+                refresh: ExperienceRefresh | None = None, experience: tuple[Any, Any] | None = None) -> None:
+    """What synthetic RL adds to a checkpoint (and to the run directory at its end); with a refresh, the
+    experience model as it is now and the refresh's counters."""
+    from dreamgym_pl.models import save_model
+
     buffer.save(vdir / "replay")
     save_curriculum(vdir / "curriculum", cur)
+    extra: dict[str, Any] = {}
+    if refresh is not None:
+        save_model(*experience, vdir / "experience")
+        extra["refresh"] = refresh.state_dict()
     atomic_write_json(vdir / "synthetic_env.json", {"stats": senv.stats, "own_digests": sorted(senv.own_digests),
-                                                    "starts": starts.state_dict()})
+                                                    "starts": starts.state_dict(),
+                                                    "meter": {"resets": starts.meter.resets,
+                                                              "transitions": starts.meter.transitions}, **extra})
+
+
+def refresh_pool(run: Run) -> list[Task]:
+    """The train tasks a refresh plays: those the offline data cover (the experience model knows them; the
+    fidelity benchmark's unseen train tasks stay unseen), else every train task."""
+    seen = dict.fromkeys(t.task.task_id for t in run.offline_trajectories())
+    pool = [t for t in run.env.tasks("train") if t.task_id in seen]
+    return pool or run.env.tasks("train")
+
+
+def make_refresh(run: Run, algo: RLAlgorithm, module: Any, meter: EnvMeter, experience: tuple[Any, Any],
+                 buffer: Any) -> ExperienceRefresh | None:
+    """The experience model's refresh (None when `experience.refresh_every` is 0): the current policy, sampled as
+    in RL, plays `refresh_episodes` tasks of `refresh_pool` in the metered real env (this rank's share); the
+    experience model is fine-tuned on them for `refresh_steps` steps and pushed to its engine."""
+    from dreamgym_pl.experience.refresh import finetune, refresh_rng, refresh_tasks
+    from dreamgym_pl.rollout.actor import policy_actor
+    from dreamgym_pl.rollout.collector import run_episodes
+
+    e = run.cfg.experience
+    if e.refresh_every <= 0:
+        return None
+    pool, a = refresh_pool(run), algo.cfg
+    model, tok = experience
+
+    def collect(iteration: int) -> list:
+        torch.manual_seed(refresh_rng(run.cfg.seed, iteration).randrange(2 ** 62))  # the policy's sampling
+        tasks = dist.shard(refresh_tasks(pool, e.refresh_episodes, run.cfg.seed, iteration))
+        engine = run.engine_for("policy", module.model, module.tokenizer)
+        actor = policy_actor(engine, run.prompt_cfg, run.env, a.temperature, a.max_new_tokens, a.top_p)
+        trajs = run_episodes(meter, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="online")
+        if hasattr(engine, "sleep"):
+            engine.sleep()
+        return trajs
+
+    def learn(trajs: list, iteration: int) -> list[float]:
+        losses = finetune(model, tok, trajs, experience_format(run), buffer, e.refresh_steps, e.refresh_lr,
+                          e.batch_size, refresh_rng(run.cfg.seed, iteration).randrange(2 ** 62), e.grad_clip,
+                          e.terminal_repeat)
+        run.engine_for("experience", model, tok)  # the synthetic env's engine generates from the new weights
+        return losses
+
+    return ExperienceRefresh(e.refresh_every, buffer, run.env.explain, collect, learn)
 
 
 def run_stage(run: Run) -> None:
@@ -104,19 +181,25 @@ def run_stage(run: Run) -> None:
     cfg = run.cfg.synthetic_rl
     model, tok, state = load_rl_checkpoint(run, "synthetic_rl")
     vdir = state["dir"] if state else None
-    starts = StoredStarts(EnvMeter(run.env), start_task)
+    starts = stored_starts(run)
     if vdir is None:
         buffer = load_replay(run)
     else:
         fix = checkpoints(run, "synthetic_rl").fix
         buffer = load_replay(run, path=vdir / "replay", fix=fix)
         raw = read_json(vdir / "synthetic_env.json", fix, keys=("stats", "own_digests", "starts"))
-    senv = make_synthetic_env(run, buffer, starts)
+    experience = load_experience(run, vdir)
+    senv = make_synthetic_env(run, buffer, starts, experience)
     if vdir is not None:
         senv.stats.update(raw["stats"])
         senv.own_digests = set(raw["own_digests"])
         starts.load_state_dict(raw["starts"])
+        meter = raw.get("meter") or {"resets": starts.fetched, "transitions": 0}  # (a checkpoint made before it)
+        starts.meter.resets, starts.meter.transitions = int(meter["resets"]), int(meter["transitions"])
     module = rl_module(run, model, tok, algo, state)
+    refresh = make_refresh(run, algo, module, starts.meter, experience, buffer)
+    if refresh is not None and vdir is not None and raw.get("refresh") is not None:
+        refresh.load_state_dict(raw["refresh"])
     cur = make_curriculum(run, senv, algo, vdir / "curriculum" if vdir is not None else None)
     senv.defer_enrich = dist.world() > 1
     dm = RolloutDataModule(senv, run.env.tasks("train"), algo, run.prompt_cfg, cfg.synthetic_budget, cfg.tasks_per_iter,
@@ -124,7 +207,8 @@ def run_stage(run: Run) -> None:
                            seed=run.cfg.seed, source="synthetic", task_sampler=cur.sample,
                            rollout_batch=run.cfg.rollout.batch_size)
     def save(m: Any, d: Any) -> None:
-        save_rl_checkpoint(run, "synthetic_rl", m, d, lambda v: save_extras(v, buffer, cur, senv, starts))
+        save_rl_checkpoint(run, "synthetic_rl", m, d,
+                           lambda v: save_extras(v, buffer, cur, senv, starts, refresh, experience))
 
     if state:
         dm.load_state_dict(state)
@@ -135,6 +219,8 @@ def run_stage(run: Run) -> None:
     callbacks = [ckpt, CurriculumLogs(cur, senv),
                  RolloutSamples(run.cfg.rollout.samples_every),
                  TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals)]
+    if refresh is not None:
+        callbacks.append(refresh)
     run.trainer("synthetic_rl", callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)
     save_replay(run, buffer)
     if dist.is_main():
@@ -145,10 +231,13 @@ def run_stage(run: Run) -> None:
                 "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected})
     plot_history(run, "synthetic_rl", dm.history)
     rank_report(run, "synthetic_rl", dm, module, replay_size=len(buffer), own_unique=len(senv.own_digests))
+    if refresh is not None:  # the refreshed experience model is the run's from now on
+        run.state["experience"] = run.save_policy(*experience, "experience_refreshed")
+        run.record(refresh.metrics())
     st = senv.stats
     gen = max(st["generate_s"], 1e-9)
     finish_policy_stage(run, "synthetic_rl", module, {
-        "synthetic_rl/real_transitions": starts.meter.transitions, "synthetic_rl/real_resets": starts.fetched,
+        "synthetic_rl/real_transitions": starts.meter.transitions, "synthetic_rl/real_resets": starts.meter.resets,
         "synthetic_rl/synthetic_transitions": dm.consumed, "synthetic_rl/redone_transitions": ckpt.redone,
         "synthetic_rl/iterations": dm.iteration, "synthetic_rl/transitions_per_s": dm.transitions_per_s,
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),

@@ -127,8 +127,9 @@ class ReplayBuffer:
                 if n <= 0:
                     out.append([])
                     continue
-                labels, _ = self.index.knn_query(vec[None], k=n, num_threads=1,
-                                                 filter=lambda i: i not in deleted and i not in blocked and i not in rows)
+                labels, _ = self.index.knn_query(
+                    vec[None], k=n, num_threads=1,
+                    filter=lambda i: i not in deleted and i not in blocked and i not in rows)
                 out.append([self.items[int(i)] for i in labels[0]])
             return out
         if blocked:

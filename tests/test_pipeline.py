@@ -70,6 +70,11 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert m["curriculum/max_share"] <= 0.5
     assert 0.0 <= m["experience/targets_over_max_new_tokens"] <= 1.0 and m["experience/target_max_tokens"] > 10
     assert (tmp_path / "replay" / "CURRENT").exists() and (tmp_path / "curriculum" / "state.json").exists()
+    # the stage's task-generation totals are the saved curriculum's counts
+    st = json.loads((tmp_path / "curriculum" / "state.json").read_text())
+    assert m["curriculum/generation_attempts"] == st["attempts"] and st["accepted"] == len(
+        (tmp_path / "curriculum" / "generated_tasks.jsonl").read_text().splitlines())
+    assert all(0.0 <= m[f"curriculum/generation_{k}_share"] <= 1.0 for k in ("valid", "new", "rejected"))
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 from dreamgym_pl.core import Task
 from dreamgym_pl.curriculum import detokenize, text_key, variation_pairs
 from dreamgym_pl.envs.base import Environment, make_vec_env, root_goal
-from dreamgym_pl.envs.textworld import entity_problem, quest_kind
+from dreamgym_pl.envs.textworld_tasks import entity_problem, quest_kind
 from dreamgym_pl.envs.webshop.goals import (feasible, parse_instruction, products_by_type, split_known,
                                             variation_problem)
 

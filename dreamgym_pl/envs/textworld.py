@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from dreamgym_pl.agents import RandomAgent
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, pick_split, register, root_goal, scripted_agent_by_name
+from dreamgym_pl.envs.textworld_tasks import entity_problem, quest_kind
 
 TEST_SEED_BASE = 1_000_000  # test games use seeds TEST_SEED_BASE + i: disjoint from the train seeds 1..N
 VAL_SEED_BASE = 2_000_000   # val games use seeds VAL_SEED_BASE + i: disjoint from train and test
@@ -97,37 +98,6 @@ def textworld_reasoning(t: Transition) -> str:
     else:
         parts.append("the quest is not finished so the reward is 0.00")
     return " ".join(parts)
-
-
-def quest_kind(walkthrough: Sequence[str]) -> str | None:
-    """The kind of a quest: the verb of its last walkthrough command, the step that wins it (`put`, `insert`,
-    `eat`, `unlock`, ...); None without a walkthrough."""
-    steps = [c.split()[0].lower() for c in walkthrough if c.split()]
-    return steps[-1] if steps else None
-
-
-def _mentions(text: str, phrase: str) -> bool:
-    return re.search(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", text) is not None
-
-
-def entity_problem(instruction: str, own: Sequence[str], others: Sequence[str]) -> str | None:
-    """Why a generated quest text is not grounded in its game (whose entities, objects and rooms, are `own`;
-    `others` are the entities of the other games): it names none of its game's entities, or names one its
-    game lacks. None when grounded, or when the game lists no entities (nothing to check against)."""
-    text = " ".join(instruction.lower().split())
-    own_l = sorted({e.lower() for e in own}, key=len, reverse=True)
-    if not own_l:
-        return None
-    named = [e for e in own_l if _mentions(text, e)]
-    if not named:
-        return "names no object or room of its game"
-    for e in named:  # longest first: `type x box` is taken out before `box` is looked for
-        text = re.sub(r"(?<![\w-])" + re.escape(e) + r"(?![\w-])", " ", text)
-    foreign = sorted({e.lower() for e in others} - set(own_l), key=len, reverse=True)
-    for e in foreign:
-        if _mentions(text, e):
-            return f"names {e!r}, which its game lacks"
-    return None
 
 
 # ----- generation ------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.policy.algos import RLAlgorithm
 from dreamgym_pl.rollout.datamodule import RolloutDataModule
 from dreamgym_pl.rollout.sampling import SamplingParams
+from dreamgym_pl.envs.base import root_goal
 from dreamgym_pl.envs.meter import EnvMeter, StoredStarts
 from dreamgym_pl.run import atomic_write_json, read_json, reading
 from dreamgym_pl.stages.callbacks import CurriculumLogs, RLCheckpoint, RolloutSamples, TestCurve
@@ -35,10 +36,10 @@ from dreamgym_pl.stages.policy import (algorithm, checkpoints, finish_policy_sta
 
 def start_task(task: Task) -> Task:
     """The task whose real first observation `task` has: a curriculum-generated task starts where its parent
-    starts (the parent's goal), with its own instruction."""
+    starts (its root parent's goal, however deep the lineage), with its own instruction."""
     g = task.goal or {}
     if g.get("generated") and isinstance(g.get("parent_goal"), dict):
-        return Task(task.task_id, task.instruction, dict(g["parent_goal"]), task.parent_id, task.generation)
+        return Task(task.task_id, task.instruction, dict(root_goal(g)), task.parent_id, task.generation)
     return task
 
 
@@ -96,11 +97,14 @@ def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path 
         raw = read_json(sdir / "state.json", fix, keys=("values", "rejected", "shares", "rng"))
         with reading(sdir / "generated_tasks.jsonl", fix):
             gen = [from_dict(Task, d) for d in iter_jsonl(sdir / "generated_tasks.jsonl")]
-        state = CurriculumState(values=raw["values"], generated=gen, rejected=raw["rejected"], shares=raw["shares"])
+        counts = {k: int(raw.get(k, 0)) for k in ("attempts", "valid", "new", "accepted")}  # 0 in older checkpoints
+        state = CurriculumState(values=raw["values"], generated=gen, rejected=raw["rejected"], shares=raw["shares"],
+                                **counts)
     cur = Curriculum(run.env.tasks("train"), lambda prompts: [x.text for x in senv.engine.generate(prompts, params)],
                      lambda trajs: algo.task_values(trajs, embed, c.num_clusters), c.lambda_, c.min_variance,
                      c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state,
-                     held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)])
+                     held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)],
+                     check_task=run.env.check_generated_task)
     if raw is not None:
         version, internal, gauss = raw["rng"]
         cur.rng.setstate((version, tuple(internal), gauss))
@@ -111,7 +115,8 @@ def save_curriculum(sdir: Path, cur: Curriculum) -> None:
     """The curriculum's state (random state included) and generated tasks into `sdir`."""
     st = cur.state
     atomic_write_json(sdir / "state.json", {"values": st.values, "rejected": st.rejected, "shares": st.shares,
-                                            "rng": list(cur.rng.getstate())})
+                                            "attempts": st.attempts, "valid": st.valid, "new": st.new,
+                                            "accepted": st.accepted, "rng": list(cur.rng.getstate())})
     write_jsonl(sdir / "generated_tasks.jsonl", st.generated)
 
 
@@ -228,7 +233,8 @@ def run_stage(run: Run) -> None:
     shares = cur.state.shares
     run.record({"curriculum/synthetic_share": sum(shares) / max(1, len(shares)),
                 "curriculum/max_share": max(shares) if shares else 0.0,
-                "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected})
+                "curriculum/num_generated": len(cur.state.generated), "curriculum/rejected": cur.state.rejected,
+                **cur.totals()})
     plot_history(run, "synthetic_rl", dm.history)
     rank_report(run, "synthetic_rl", dm, module, replay_size=len(buffer), own_unique=len(senv.own_digests))
     if refresh is not None:  # the refreshed experience model is the run's from now on

@@ -43,6 +43,7 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
     dm = RolloutDataModule(run.env, run.env.tasks("train"), algo, run.prompt_cfg, budget, tasks_per_iter, max_iters,
                            engine_factory=lambda m, t: run.engine_for("policy", m, t), action_env=run.env,
                            seed=run.cfg.seed, source="real", rollout_batch=run.cfg.rollout.batch_size)
+
     def save(m: Any, d: Any) -> None:
         save_rl_checkpoint(run, stage, m, d, lambda v: save_online_replay(v, buffer, online))
 

@@ -69,6 +69,20 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     return out
 
 
+def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
+    """`experience.copy_examples` sequences of the offline data's tokens in random order, to be repeated verbatim
+    (`experience/copying.py`: the tiny model does not copy spans of its prompt without them)."""
+    from dreamgym_pl.experience.copying import copy_examples, token_pool
+
+    e = run.cfg.experience
+    if e.copy_examples <= 0:
+        return []
+    texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
+    pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
+    sep = tok("predict :", add_special_tokens=False)["input_ids"]
+    return copy_examples(pool, e.copy_examples, 4, e.copy_length, sep, tok.eos_token_id, random.Random(run.cfg.seed + 3))
+
+
 def experience_model(run: Run) -> tuple[Any, Any]:
     """The untrained experience model: a fresh tiny Llama sharing the run's word tokenizer, or the configured
     pretrained model."""
@@ -183,9 +197,10 @@ def run_stage(run: Run) -> None:
     model, tok = experience_model(run)
     fmt = experience_format(run)
     gen_examples = task_generation_examples(run, tok)
+    copies = copy_training_examples(run, tok, trajs)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
-                                          extra=gen_examples, terminal_repeat=e.terminal_repeat)
-    gen_ids = {id(g) for g in gen_examples}  # task-generation examples have their own, shorter bound
+                                          extra=gen_examples + copies, terminal_repeat=e.terminal_repeat)
+    gen_ids = {id(g) for g in gen_examples + copies}  # task-generation and copy examples are not transitions
     lengths = target_length_report([int(s.scalars.get("target_tokens", len(s.response_ids)))  # before the cut
                                     for s in {id(x): x for x in train_dl.dataset}.values() if id(s) not in gen_ids],
                                    e.max_new_tokens)
@@ -207,7 +222,7 @@ def run_stage(run: Run) -> None:
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
     save_replay(run, buffer)
     run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
-                "experience/task_generation_examples": len(gen_examples),
+                "experience/task_generation_examples": len(gen_examples), "experience/copy_examples": len(copies),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],
                 "experience/target_max_tokens": lengths["max_len"]})
     log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})

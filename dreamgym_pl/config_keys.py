@@ -176,6 +176,7 @@ RULES: dict[str, Rule] = {
     "experience.batch_size": POS_INT,
     "experience.grad_clip": nullable(POS),
     "experience.terminal_repeat": POS_INT,
+    "experience.copy_steps": NONNEG_INT,
     "experience.copy_examples": NONNEG_INT,
     "experience.copy_length": integer(4),
     "experience.val_every": POS_INT,

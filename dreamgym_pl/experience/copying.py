@@ -4,27 +4,34 @@ The tiny experience model predicts typical text instead of copying spans of its 
 to echo a task line, it wrote a typical instruction of the same product type). A purchase's judgement needs
 copying: the task's attribute and option values are checked against the page. Text in random order has no
 n-gram to predict from, so the only way to lower the loss on these examples is to find each token's earlier
-occurrence and copy its successor (an induction head). Mixed into the experience model's training data.
+occurrence and copy its successor (an induction head). Tokens are drawn uniformly from the env's distinct
+tokens: drawn by frequency, the same few tokens (`[SEP]`, `:`) repeat within a sequence, the successor to copy is
+ambiguous, and the tiny model learned only the unigram loss in 1,500 steps (measured); drawn uniformly, its copy
+loss fell from 4.6 to 0.9 between steps 500 and 1,000 (batch 32). `copy_warmup` trains on them before the
+experience data (a warm start); `copy_examples` also mixes them into the experience data, so that the ability
+stays.
 """
 
 from __future__ import annotations
 
+import logging
 import random
-from typing import Sequence
+from typing import Any, Sequence
 
 from dreamgym_pl.policy.samples import StepSample
 
+log = logging.getLogger("dreamgym_pl")
+
 
 def token_pool(id_lists: Sequence[Sequence[int]], special_ids: Sequence[int] = ()) -> list[int]:
-    """Every token id of the tokenised texts (with repeats: drawing from it follows the env text's frequencies),
-    special tokens left out."""
+    """The distinct token ids of the tokenised texts, sorted, special tokens left out."""
     skip = set(special_ids)
-    return [i for ids in id_lists for i in ids if i not in skip]
+    return sorted({i for ids in id_lists for i in ids} - skip)
 
 
 def copy_examples(pool: Sequence[int], n: int, min_len: int, max_len: int, sep_ids: Sequence[int], eos_id: int,
                   rng: random.Random) -> list[StepSample]:
-    """`n` examples: prompt = L tokens drawn from `pool` + `sep_ids`, target = the same L tokens + EOS, with L
+    """`n` examples: prompt = L tokens drawn uniformly from `pool` + `sep_ids`, target = the same L tokens + EOS, with L
     uniform in [min_len, max_len]."""
     if n <= 0:
         return []
@@ -36,4 +43,39 @@ def copy_examples(pool: Sequence[int], n: int, min_len: int, max_len: int, sep_i
     for _ in range(n):
         seq = [pool[rng.randrange(len(pool))] for _ in range(rng.randint(min_len, max_len))]
         out.append(StepSample(seq + list(sep_ids), seq + [eos_id]))
+    return out
+
+
+def copy_warmup(model: Any, pool: Sequence[int], steps: int, batch_size: int, lr: float, max_len: int,
+                sep_ids: Sequence[int], eos_id: int, pad_id: int, seed: int, warmup_steps: int = 50,
+                grad_clip: float | None = 1.0, log_every: int = 0) -> list[float]:
+    """`steps` AdamW steps of `model` on fresh copy examples (L uniform in [4, max_len]), linear warm-up then a
+    constant `lr`; returns the loss of every step."""
+    import torch
+
+    from dreamgym_pl.policy import losses
+    from dreamgym_pl.policy.samples import collate
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    out = []
+    for step in range(1, steps + 1):
+        batch = collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id)
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, step / max(1, warmup_steps))
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+        loss = -losses.masked_mean(losses.token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite copy loss ({float(loss)}) at copy step {step}")
+        opt.zero_grad()
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        opt.step()
+        out.append(float(loss))
+        if log_every and step % log_every == 0:
+            log.info("experience: copy warm-up step %d/%d, loss %.3f", step, steps, sum(out[-log_every:]) / log_every)
     return out

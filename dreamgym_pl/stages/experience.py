@@ -69,18 +69,44 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     return out
 
 
+def copy_pool(run: Run, tok: Any, trajs: list) -> tuple[list[int], list[int]]:
+    """(the offline text's distinct token ids, the copy examples' separator ids)."""
+    from dreamgym_pl.experience.copying import token_pool
+
+    texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
+    pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
+    return pool, tok("predict :", add_special_tokens=False)["input_ids"]
+
+
 def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
-    """`experience.copy_examples` sequences of the offline data's tokens in random order, to be repeated verbatim
-    (`experience/copying.py`: the tiny model does not copy spans of its prompt without them)."""
-    from dreamgym_pl.experience.copying import copy_examples, token_pool
+    """`experience.copy_examples` sequences of the offline text's tokens in random order, to be repeated verbatim,
+    mixed into the experience data (`experience/copying.py`)."""
+    from dreamgym_pl.experience.copying import copy_examples
 
     e = run.cfg.experience
     if e.copy_examples <= 0:
         return []
-    texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
-    pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
-    sep = tok("predict :", add_special_tokens=False)["input_ids"]
+    pool, sep = copy_pool(run, tok, trajs)
     return copy_examples(pool, e.copy_examples, 4, e.copy_length, sep, tok.eos_token_id, random.Random(run.cfg.seed + 3))
+
+
+def copy_warm_start(run: Run, model: Any, tok: Any, trajs: list) -> dict[str, float]:
+    """`experience.copy_steps` steps on copy examples before the experience data (`experience/copying.py`), unless
+    a resumed training has a step checkpoint (its weights replace these) -> experience/copy_*."""
+    import time
+
+    from dreamgym_pl.experience.copying import copy_warmup
+    from dreamgym_pl.stages.resume import step_store
+
+    e = run.cfg.experience
+    if e.copy_steps <= 0 or (run.cfg.resume and step_store(run, "experience").current() is not None):
+        return {}
+    pool, sep = copy_pool(run, tok, trajs)
+    t0 = time.time()
+    losses = copy_warmup(model, pool, e.copy_steps, e.batch_size * 2, e.lr, e.copy_length, sep, tok.eos_token_id,
+                         tok.pad_token_id, run.cfg.seed + 4, e.warmup_steps, e.grad_clip, log_every=250)
+    tail = losses[-min(50, len(losses)):]
+    return {"experience/copy_loss": sum(tail) / len(tail), "experience/copy_seconds": time.time() - t0}
 
 
 def experience_model(run: Run) -> tuple[Any, Any]:
@@ -196,6 +222,7 @@ def run_stage(run: Run) -> None:
         trajs = kept + [tr for tr in trajs if tr.source == "policy"]
     model, tok = experience_model(run)
     fmt = experience_format(run)
+    copy_res = copy_warm_start(run, model, tok, trajs)
     gen_examples = task_generation_examples(run, tok)
     copies = copy_training_examples(run, tok, trajs)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
@@ -221,7 +248,7 @@ def run_stage(run: Run) -> None:
     res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt))
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
     save_replay(run, buffer)
-    run.record({**res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+    run.record({**res, **copy_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
                 "experience/task_generation_examples": len(gen_examples), "experience/copy_examples": len(copies),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],
                 "experience/target_max_tokens": lengths["max_len"]})

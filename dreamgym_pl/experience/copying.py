@@ -14,13 +14,10 @@ stays.
 
 from __future__ import annotations
 
-import logging
 import random
 from typing import Any, Sequence
 
 from dreamgym_pl.policy.samples import StepSample
-
-log = logging.getLogger("dreamgym_pl")
 
 
 def token_pool(id_lists: Sequence[Sequence[int]], special_ids: Sequence[int] = ()) -> list[int]:
@@ -51,31 +48,9 @@ def copy_warmup(model: Any, pool: Sequence[int], steps: int, batch_size: int, lr
                 grad_clip: float | None = 1.0, log_every: int = 0) -> list[float]:
     """`steps` AdamW steps of `model` on fresh copy examples (L uniform in [4, max_len]), linear warm-up then a
     constant `lr`; returns the loss of every step."""
-    import torch
-
-    from dreamgym_pl.policy import losses
+    from dreamgym_pl.experience.train_steps import adamw_steps
     from dreamgym_pl.policy.samples import collate
 
     rng = random.Random(seed)
-    torch.manual_seed(seed)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    out = []
-    for step in range(1, steps + 1):
-        batch = collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id)
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, step / max(1, warmup_steps))
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-        loss = -losses.masked_mean(losses.token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite copy loss ({float(loss)}) at copy step {step}")
-        opt.zero_grad()
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, grad_clip)
-        opt.step()
-        out.append(float(loss))
-        if log_every and step % log_every == 0:
-            log.info("experience: copy warm-up step %d/%d, loss %.3f", step, steps, sum(out[-log_every:]) / log_every)
-    return out
+    batches = (collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id) for _ in range(steps))
+    return adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, "the copy warm-up", log_every)

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, build_target
-from dreamgym_pl.policy import losses
+from dreamgym_pl.experience.train_steps import target_loss
 from dreamgym_pl.policy.module import adamw_with_schedule
 from dreamgym_pl.policy.samples import StepSample, collate
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
@@ -34,8 +34,7 @@ class ExperienceModule(L.LightningModule):
         self.weight_decay = weight_decay
 
     def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-        return -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
+        return target_loss(self.model, batch)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

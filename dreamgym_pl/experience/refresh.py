@@ -79,37 +79,17 @@ def finetune(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: Any, 
     `trajs` (its prompts with retrieved demonstrations, its targets with reasoning, its loss: `ExperienceModule`),
     batches shuffled with `seed`, cycling over them as needed. Returns the training loss of every step. The
     model's train/eval mode is left as it was."""
-    from dreamgym_pl.experience.module import ExperienceModule, experience_samples
+    from dreamgym_pl.experience.module import experience_samples
+    from dreamgym_pl.experience.train_steps import adamw_steps, cycle
     from dreamgym_pl.policy.samples import collate
 
     samples = experience_samples(trajs, tokenizer, fmt, buffer, terminal_repeat)
     if not samples or steps <= 0:
         return []
-    was_training = model.training
-    module = ExperienceModule(model, tokenizer, lr=lr)  # sets train mode
-    opt = module.configure_optimizers()  # AdamW without a schedule: no warm-up, no total
-    params = [p for p in model.parameters() if p.requires_grad]
-    device = next(model.parameters()).device
-    loader = DataLoader(samples, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed),
-                        collate_fn=lambda b: collate(b, tokenizer.pad_token_id))
-    losses: list[float] = []
-    with torch.enable_grad():
-        while len(losses) < steps:
-            for batch in loader:
-                loss = module._loss({k: v.to(device) for k, v in batch.items()})
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite experience loss ({float(loss)}) in a refresh step")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, grad_clip)
-                opt.step()
-                losses.append(float(loss.detach()))
-                if len(losses) >= steps:
-                    break
-    opt.zero_grad(set_to_none=True)
-    model.train(was_training)
-    return losses
+    gen = torch.Generator().manual_seed(seed)
+    batches = cycle(lambda: DataLoader(samples, batch_size=batch_size, shuffle=True, generator=gen,
+                                       collate_fn=lambda b: collate(b, tokenizer.pad_token_id)))
+    return adamw_steps(model, batches, steps, lr, 0, grad_clip, "a refresh")
 
 
 class OnlineReplay(L.Callback):

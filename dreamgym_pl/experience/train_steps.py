@@ -1,0 +1,63 @@
+"""A bare AdamW loop for the experience model's training outside a Lightning fit: the copy warm start
+(`copying.copy_warmup`) and the online refresh (`refresh.finetune`). The loss is the experience stage's (token
+cross-entropy on the target, prompt masked: `ExperienceModule`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Iterator
+
+import torch
+
+from dreamgym_pl.policy import losses
+
+log = logging.getLogger("dreamgym_pl")
+
+
+def target_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean negative log-probability of the batch's target tokens (`collate`'s `loss_mask`)."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+    return -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
+
+
+def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr: float, warmup_steps: int = 0,
+                grad_clip: float | None = None, what: str = "training", log_every: int = 0) -> list[float]:
+    """`steps` AdamW steps of `model` on the next `steps` batches (moved to the model's device), the learning rate
+    rising linearly over `warmup_steps` then constant; returns every step's loss. A non-finite loss raises
+    FloatingPointError naming `what`. The model's train/eval mode is left as it was."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.train()
+    out: list[float] = []
+    with torch.enable_grad():
+        for step in range(1, steps + 1):
+            batch = {k: v.to(device) for k, v in next(batches).items()}
+            for g in opt.param_groups:
+                g["lr"] = lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
+            loss = target_loss(model, batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss ({float(loss)}) at step {step} of {what}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            out.append(float(loss.detach()))
+            if log_every and step % log_every == 0:
+                log.info("experience: %s step %d/%d, loss %.3f", what, step, steps, sum(out[-log_every:]) / log_every)
+    opt.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return out
+
+
+def cycle(make: Callable[[], Any]) -> Iterator[Any]:
+    """The items of `make()` (e.g. a DataLoader's batches), again and again."""
+    while True:
+        empty = True
+        for x in make():
+            empty = False
+            yield x
+        if empty:
+            raise ValueError("cycle: nothing to iterate over")

@@ -210,9 +210,9 @@ def test_purchase_checklist_hand_computed():
     # met: non slip, size small, price = 3 of 5 (2 attributes + 2 options + price); type matches
     assert info["reward"] == pytest.approx(0.6)
     text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"])
-    assert text == ("buying ends the episode . type coffee table is acme classic coffee table yes . non slip yes . "
-                    "mid century no . color white no color option . size small chosen small yes . "
-                    "price under 290.00 is 280.57 yes . so 3 of 5 are met and the reward is 0.60")
+    assert text == ("buying ends the episode . type coffee table yes . non slip yes . mid century no . "
+                    "color white no color option . size small yes . price under 290.00 yes . "
+                    "so 3 of 5 are met and the reward is 0.60")
     text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4)
     assert "size small not chosen" in text and "so 2 of 5 are met and the reward is 0.40" in text
 

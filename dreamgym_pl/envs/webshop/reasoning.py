@@ -1,12 +1,10 @@
 """WebShop's ground-truth reasoning traces (the teacher traces R*_t of the paper's Eq. 5): what the action
 did, and for a purchase a checklist of the goal's requirements against the bought product and the reward.
 
-The purchase checklist names each requirement with the words that decide it, the goal's side (from the task
-line) next to the product's side (from the item page), so that each yes/no compares two spans the experience
-model has just written rather than one 30-60 tokens back in its prompt:
-`type coffee table is acme classic coffee table yes . non slip no . color white no color option . size small
-chosen large no . price under 320.00 is 280.57 yes . so 2 of 5 are met and the reward is 0.40`. Attributes
-have no product side: the tiny preset's item page does not show them."""
+The purchase checklist names each requirement with the words that decide it, so that the experience model
+can copy them from its prompt (the task line and the item page) instead of counting matches in one step:
+`type coffee table yes . non slip no . color white not chosen . size small yes . price under 320.00 yes .
+so 3 of 5 are met and the reward is 0.60`."""
 
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: 
                        reward: float) -> str:
     """Each goal requirement with its outcome (by the reward's own match rules), then the count and reward."""
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
-    title = product.get("Title") or product.get("name") or ""
-    parts = [f"type {goal.get('query') or goal.get('name', '')} is {title} {yes(info.get('r_type', 0) >= 1)}"]
+    parts = [f"type {goal.get('query') or goal.get('name', '')} {yes(info.get('r_type', 0) >= 1)}"]
     parts += [f"{a} {yes(attribute_matches(product, [a]) > 0)}" for a in goal.get("attributes", [])]
     opts = goal.get("goal_options", {})
     named = opts.items() if isinstance(opts, dict) else [("", v) for v in opts]  # WebShop's files: a plain list
@@ -33,12 +30,9 @@ def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: 
         elif otype and otype not in selected:
             outcome = "not chosen"
         else:
-            got = selected.get(otype) if otype else None
-            outcome = (f"chosen {got} " if got else "") + yes(option_matches(chosen, [val]) > 0)
+            outcome = yes(option_matches(chosen, [val]) > 0)
         parts.append(f"{otype} {val} {outcome}".strip())
-    price = product.get("Price")
-    is_price = f"is {float(price):.2f} " if isinstance(price, (int, float)) else ""
-    parts.append(f"price under {float(goal.get('price_upper', 0.0)):.2f} {is_price}{yes(info.get('r_price', 0) >= 1)}")
+    parts.append(f"price under {float(goal.get('price_upper', 0.0)):.2f} {yes(info.get('r_price', 0) >= 1)}")
     met = int(info.get("n_attr_match", 0) + info.get("n_option_match", 0) + info.get("r_price", 0))
     total = int(info.get("n_attrs", 0) + info.get("n_options", 0) + 1)
     return f"buying ends the episode . {' . '.join(parts)} . so {met} of {total} are met and the reward is {reward:.2f}"

@@ -63,6 +63,10 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         _require(exp is not None and ((exp / "config.json").exists() or (exp / "adapter_config.json").exists()),
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
     algo_name = _get(cfg, "algo.name")
+    for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        _require(_get(cfg, f"experience.{k}") is None or _get(cfg, "model.name_or_path") == "tiny", f"experience.{k}",
+                 "sizes only the embedded tiny experience model (model.name_or_path=tiny); a pretrained one has its "
+                 "own size: set it to null")
     _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")
     try:
         rl_algorithm(OmegaConf.to_container(cfg.algo, resolve=True))

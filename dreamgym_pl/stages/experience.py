@@ -109,16 +109,21 @@ def copy_warm_start(run: Run, model: Any, tok: Any, trajs: list) -> dict[str, fl
     return {"experience/copy_loss": sum(tail) / len(tail), "experience/copy_seconds": time.time() - t0}
 
 
+TINY_SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+
+
 def experience_model(run: Run) -> tuple[Any, Any]:
-    """The untrained experience model: a fresh tiny Llama sharing the run's word tokenizer, or the configured
+    """The untrained experience model: a fresh tiny Llama sharing the run's word tokenizer (of the policy's size,
+    or `experience.<hidden_size|num_layers|num_heads|intermediate_size>` where set), or the configured
     pretrained model."""
     from dreamgym_pl.models import build_tiny_llama, load_pretrained
 
-    m = run.cfg.model
+    m, e = run.cfg.model, run.cfg.experience
     if m.name_or_path == "tiny":
         _, tok = run.load_policy()
-        return build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
-                                run.cfg.seed + 1), tok
+        size = {k: e.get(k) if e.get(k) is not None else m[k] for k in TINY_SIZE_KEYS}
+        return build_tiny_llama(tok, size["hidden_size"], size["num_layers"], size["num_heads"],
+                                size["intermediate_size"], m.max_positions, run.cfg.seed + 1), tok
     return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
 
 

@@ -172,3 +172,11 @@ def test_error_names_allowed_values(tmp_path):
         validate(compose(["algo.agg=sum"]), tmp_path)
     with pytest.raises(ConfigError, match=r"^experience\.val_fraction: must be a number in \[0, 1\), got 1\.5$"):
         validate(compose(["experience.val_fraction=1.5"]), tmp_path)
+
+
+def test_experience_size_only_for_the_tiny_model(tmp_path):
+    validate(compose(["experience.hidden_size=256", "experience.num_layers=6"]), tmp_path)
+    cfg = compose(["experience.hidden_size=256"])
+    OmegaConf.update(cfg, "model.name_or_path", "meta-llama/Llama-3.2-3B-Instruct")
+    with pytest.raises(ConfigError, match="^experience.hidden_size:.*tiny"):
+        validate(cfg, tmp_path)

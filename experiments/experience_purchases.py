@@ -30,11 +30,10 @@ def main() -> None:
 
     from dreamgym_pl.core import Transition, group_trajectories, read_jsonl
     from dreamgym_pl.experience.annotate import annotate
-    from dreamgym_pl.experience.format import STOP, build_prompt, parse_output
+    from dreamgym_pl.experience.judge import predict_last_steps
     from dreamgym_pl.experience.module import demos_for, split_by_task
     from dreamgym_pl.models import load_pretrained
     from dreamgym_pl.rollout.engine import HFEngine
-    from dreamgym_pl.rollout.sampling import SamplingParams
     from dreamgym_pl.stages import Run
     from dreamgym_pl.stages.context import run_config
     from dreamgym_pl.stages.experience import experience_format, load_replay
@@ -57,14 +56,8 @@ def main() -> None:
               "successful": [tr for tr in ends if tr.transitions[-1].reward >= 1.0][: max(1, args.n // 2)]}
     out: dict = {}
     for name, group in groups.items():
-        prompts = []
-        for tr in group:
-            hist = [(t.state.text, t.action) for t in tr.transitions[:-1]]
-            t = tr.transitions[-1]
-            prompts.append(build_prompt(t.task.instruction, hist, demos_for(buffer, t, fmt), t.state, t.action, fmt))
-        comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=cfg.experience.max_new_tokens,
-                                                        stop=list(STOP))) if prompts else []
-        preds = [parse_output(c.text) for c in comps]
+        preds = predict_last_steps(engine, group, lambda t: demos_for(buffer, t, fmt), fmt,
+                                   cfg.experience.max_new_tokens)
         agree = sum(1 for p, tr in zip(preds, group) if abs(p.reward - tr.transitions[-1].reward) <= 0.05)
         success = sum(1 for p in preds if p.valid and p.reward >= 1.0)
         out[name] = {"episodes": len(group), "reward_agrees": agree, "predicted_success": success,

@@ -85,6 +85,42 @@ def test_action_recall_valid_ignores_actions_the_real_env_refused():
     assert r["open_loop/action_recall"] == 0.5 and r["open_loop/action_recall_valid"] == 1.0
 
 
+def test_verdict_counts_hand_computed():
+    from dreamgym_pl.experience.judge import verdict_counts
+
+    def said(reward, valid=True):
+        return ParsedStep(Observation("thanks", []), reward, True, "", valid)
+
+    # real: failed 0.0, failed 0.5, success 1.0, success 1.0; the last prediction is unparseable
+    parsed = [said(1.0), said(0.5), said(1.0), said(1.0, valid=False)]
+    r = verdict_counts(parsed, [0.0, 0.5, 1.0, 1.0])
+    assert (r["failed"], r["successful"]) == (2.0, 2.0)
+    assert r["failed_judged_success"] == 1.0 and r["successful_judged_success"] == 1.0
+    assert r["reward_agrees"] == 2.0 and r["accuracy"] == 0.5  # right: the 0.5 failure and the first success
+
+
+def test_predict_last_steps_prompts_each_ending_step_with_its_real_history():
+    from dreamgym_pl.experience.judge import predict_last_steps
+    from dreamgym_pl.rollout.sampling import Completion
+
+    seen = []
+
+    class Echo:
+        def generate(self, prompts, params):
+            seen.extend(prompts)
+            assert params.temperature == 0.0
+            return [Completion("<next_state> thanks </next_state> <actions> </actions> <reward> 1.00 </reward> "
+                               "<done> true </done>", [], []) for _ in prompts]
+
+    a = traj(tr("lamp", "search page", "search[lamp]", "results"), tr("lamp", "results", "click[buy]", "thanks", 1.0, True))
+    b = traj(tr("desk", "desk page", "click[buy]", "thanks", 0.0, True))
+    preds = predict_last_steps(Echo(), [a, b], lambda t: [], ExperienceFormat(reasoning=False), 64)
+    assert len(seen) == 2 and [p.reward for p in preds] == [1.0, 1.0] and all(p.valid for p in preds)
+    assert "did : search[lamp]" in seen[0] and seen[0].rstrip().endswith("action : click[buy] \npredict :")
+    assert "did :" not in seen[1] and "task : buy desk" in seen[1]
+    assert predict_last_steps(Echo(), [], lambda t: [], ExperienceFormat(), 64) == []
+
+
 def test_synthetic_env_stay_rule_keeps_the_state():
     from dreamgym_pl.experience.synthetic_env import SyntheticEnv
     from dreamgym_pl.rollout.sampling import SamplingParams

@@ -64,6 +64,21 @@ def predict_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos: 
     return [parse_output(c.text) for c in comps], refs
 
 
+def predict_last_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos: Callable[[Transition], list],
+                       fmt: ExperienceFormat, max_new_tokens: int) -> list:
+    """Parsed greedy predictions of each trajectory's last step, prompted with its real history and
+    `demos(step)` (the steps that decide an episode's reward: a purchase, a win)."""
+    prompts = []
+    for traj in trajs:
+        hist = [(t.state.text, t.action) for t in traj.transitions[:-1]]
+        t = traj.transitions[-1]
+        prompts.append(build_prompt(t.task.instruction, hist, demos(t), t.state, t.action, fmt))
+    if not prompts:
+        return []
+    comps = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=list(STOP)))
+    return [parse_output(c.text) for c in comps]
+
+
 def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: ReplayBuffer | None,
                 fmt: ExperienceFormat, max_steps: int = 200, reward_tol: float = 0.05,
                 max_new_tokens: int = 200) -> dict[str, float]:
@@ -90,3 +105,19 @@ def score_steps(parsed: Sequence, refs: Sequence[Transition], reward_tol: float 
         "experience/terminal_reward_agreement": term_ra / max(1, len(term)),
         "experience/judged_steps": float(n),
     }
+
+
+def verdict_counts(parsed: Sequence, real_rewards: Sequence[float], reward_tol: float = 0.05) -> dict[str, float]:
+    """How predicted episode-ending steps judge the outcome: counts of real failures (reward < 1) and successes,
+    how many of each the model calls a success (a valid prediction with reward >= 1), how many predicted rewards
+    are within `reward_tol` of the real one, and `accuracy`: the share whose success verdict is right (an
+    unparseable prediction is a wrong verdict)."""
+    said = [p.valid and p.reward >= 1.0 for p in parsed]
+    real = [r >= 1.0 for r in real_rewards]
+    right = sum(1 for s, r, p in zip(said, real, parsed) if p.valid and s == r)
+    return {"failed": float(sum(1 for r in real if not r)), "successful": float(sum(real)),
+            "failed_judged_success": float(sum(1 for s, r in zip(said, real) if s and not r)),
+            "successful_judged_success": float(sum(1 for s, r in zip(said, real) if s and r)),
+            "reward_agrees": float(sum(1 for p, r in zip(parsed, real_rewards)
+                                       if p.valid and abs(p.reward - r) <= reward_tol)),
+            "accuracy": right / max(1, len(real))}

@@ -181,6 +181,8 @@ RULES: dict[str, Rule] = {
     "experience.num_heads": nullable(POS_INT),
     "experience.intermediate_size": nullable(POS_INT),
     "experience.copy_steps": NONNEG_INT,
+    "experience.ending_steps": NONNEG_INT,
+    "experience.ending_lr": POS,
     "experience.copy_examples": NONNEG_INT,
     "experience.copy_length": integer(4),
     "experience.val_every": POS_INT,

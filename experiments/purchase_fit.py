@@ -43,6 +43,7 @@ def main() -> None:
     from torch.utils.data import DataLoader
 
     from dreamgym_pl.experience.annotate import annotate
+    from dreamgym_pl.experience.endings import balanced, ending_samples
     from dreamgym_pl.experience.judge import predict_last_steps, verdict_counts
     from dreamgym_pl.experience.module import demos_for, experience_samples, split_by_task
     from dreamgym_pl.experience.train_steps import adamw_steps, cycle
@@ -60,7 +61,7 @@ def main() -> None:
     trajs = run.offline_trajectories()
     annotate(trajs, run.env.explain)
     train, _ = split_by_task(trajs, cfg.experience.val_fraction, cfg.seed)
-    ends = [tr for tr in train if tr.transitions and tr.transitions[-1].done and len(tr.transitions) < run.env.max_steps]
+    ends = [tr for tr in train if tr.transitions and tr.transitions[-1].done and not tr.transitions[-1].info.get("truncated")]
     fit, held = split_by_task(ends, args.held_fraction, args.seed)
     fmt, buffer = experience_format(run), load_replay(run)
     model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
@@ -84,18 +85,12 @@ def main() -> None:
 
     out: dict = {"fit_episodes": len(fit), "held_episodes": len(held), "steps": args.steps, "lr": args.lr,
                  "before": judge("before")}
-    # the ending step is each trajectory's last sample (experience_samples: one per transition, in order)
-    samples, failed, successful = experience_samples(fit, tok, fmt, buffer), [], []
-    i = 0
-    for tr in fit:
-        i += len(tr.transitions)
-        (successful if tr.transitions[-1].reward >= 1.0 else failed).append(samples[i - 1])
-    n = max(len(failed), len(successful))
-    balanced = [failed[j % len(failed)] for j in range(n)] + [successful[j % len(successful)] for j in range(n)]
+    failed, successful = ending_samples(fit, experience_samples(fit, tok, fmt, buffer))
+    balanced_samples = balanced(failed, successful)
     print(f"fit part: {len(failed)} failed + {len(successful)} successful ending steps, drawn equally "
-          f"({len(balanced)} samples); held part: {len(held)} episodes", flush=True)
+          f"({len(balanced_samples)} samples); held part: {len(held)} episodes", flush=True)
     gen = torch.Generator().manual_seed(args.seed)
-    batches = cycle(lambda: DataLoader(balanced, batch_size=args.batch_size, shuffle=True, generator=gen,
+    batches = cycle(lambda: DataLoader(balanced_samples, batch_size=args.batch_size, shuffle=True, generator=gen,
                                        collate_fn=lambda b: collate(b, tok.pad_token_id)))
     losses = adamw_steps(model, batches, args.steps, args.lr, warmup_steps=50, grad_clip=cfg.experience.grad_clip,
                          what="purchase fit", log_every=100)

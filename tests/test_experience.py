@@ -185,3 +185,22 @@ def test_experience_model_takes_its_own_size_where_set():
     cfg.experience.hidden_size, cfg.experience.num_layers = 32, 2
     own, _ = experience_model(run)
     assert (own.config.hidden_size, own.config.num_hidden_layers, own.config.intermediate_size) == (32, 2, 32)
+
+
+def test_bounded_trajectories_keep_whole_ones_of_every_agent_in_order():
+    from dreamgym_pl.core import Observation, Task, Trajectory, Transition
+    from dreamgym_pl.experience.module import bounded_trajectories
+
+    def tr(agent, i, n):
+        t = Task(f"{agent}{i}", "x")
+        return Trajectory(task=t, transitions=[Transition(t, s, Observation("s", []), "a", Observation("n", []), 0.0,
+                                                          s == n - 1, info={"episode": f"{agent}-{i}"})
+                                               for s in range(n)], source=agent)
+
+    trajs = [tr("oracle", i, 3) for i in range(20)] + [tr("random", i, 3) for i in range(20)]
+    kept = bounded_trajectories(trajs, 30, seed=0)
+    assert sum(len(t.transitions) for t in kept) == 30 and len(kept) == 10
+    assert [trajs.index(t) for t in kept] == sorted(trajs.index(t) for t in kept)  # the original order
+    assert {t.source for t in kept} == {"oracle", "random"}  # not the first 30 transitions (all oracle)
+    assert bounded_trajectories(trajs, 30, seed=0) == kept and bounded_trajectories(trajs, 0) == trajs
+    assert len(bounded_trajectories(trajs, 31, seed=0)) == 11  # the trajectory crossing the bound is kept

@@ -109,6 +109,22 @@ def copy_warm_start(run: Run, model: Any, tok: Any, trajs: list) -> dict[str, fl
     return {"experience/copy_loss": sum(tail) / len(tail), "experience/copy_seconds": time.time() - t0}
 
 
+def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: ExperienceFormat, buffer: Any,
+                    regular: Any) -> dict[str, float]:
+    """`experience.ending_steps` steps on class-balanced episode-ending steps mixed with the stage's own samples,
+    after its main training (`experience/endings.py`; redone whole after a kill, from the trained weights)
+    -> experience/ending_*."""
+    import time
+
+    from dreamgym_pl.experience.endings import ending_phase
+
+    e = run.cfg.experience
+    t0 = time.time()
+    res = ending_phase(model, tok, trajs, fmt, buffer, regular, e.ending_steps, e.ending_lr, e.batch_size,
+                       run.cfg.seed + 5, e.grad_clip, e.warmup_steps)
+    return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
+
+
 TINY_SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
 
 
@@ -206,7 +222,8 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
 
 def run_stage(run: Run) -> None:
     from dreamgym_pl.experience.judge import judge_steps
-    from dreamgym_pl.experience.module import ExperienceModule, experience_loaders, split_by_task
+    from dreamgym_pl.experience.module import (ExperienceModule, bounded_trajectories, experience_loaders,
+                                               split_by_task)
 
     e = run.cfg.experience
     trajs = run.offline_trajectories() + policy_offline_data(run)
@@ -215,16 +232,9 @@ def run_stage(run: Run) -> None:
     trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)
     buffer = load_replay(run, fresh=True)  # the stage (re)builds it: nothing of an earlier run in this folder stays
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
-    if e.max_transitions:  # the scripted agents' data are bounded; the policy's episodes are all kept
-        kept, n = [], 0
-        for tr in trajs:  # whole trajectories, in collection order, up to the transition bound
-            if tr.source == "policy":
-                continue
-            if n >= e.max_transitions:
-                break
-            kept.append(tr)
-            n += len(tr.transitions)
-        trajs = kept + [tr for tr in trajs if tr.source == "policy"]
+    # the scripted agents' data are bounded (whole trajectories, every agent in proportion); the policy's are all kept
+    scripted = bounded_trajectories([tr for tr in trajs if tr.source != "policy"], e.max_transitions, run.cfg.seed)
+    trajs = scripted + [tr for tr in trajs if tr.source == "policy"]
     model, tok = experience_model(run)
     fmt = experience_format(run)
     copy_res = copy_warm_start(run, model, tok, trajs)
@@ -247,13 +257,14 @@ def run_stage(run: Run) -> None:
         val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
         check_val_every_n_epoch=None if by_steps else 1)
     seed_stage(run.cfg.seed, "experience/after-training")  # what follows draws the same after a resumed training
+    ending_res = ending_training(run, module.model, tok, trajs, fmt, buffer, train_dl.dataset)
     rel = run.save_policy(module.model, tok, "experience")
     res = judge_steps(run.engine_for("experience", module.model, tok), held_out, buffer, fmt, e.judge_steps,
                       max_new_tokens=e.max_new_tokens)
     res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt))
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
     save_replay(run, buffer)
-    run.record({**res, **copy_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+    run.record({**res, **copy_res, **ending_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
                 "experience/task_generation_examples": len(gen_examples), "experience/copy_examples": len(copies),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],
                 "experience/target_max_tokens": lengths["max_len"]})

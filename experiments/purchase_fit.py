@@ -4,7 +4,7 @@ The README's "Fidelity" measurements find the experience model calling every pur
 training data. This diagnostic separates "not enough of the right training" from "the model cannot": it takes
 the episode-ending steps (WebShop: purchases) of the experience stage's training split, splits their tasks into
 a fit part and a held part, judges both with the run's experience model (greedy, prompts exactly as in
-training), fine-tunes a copy of the model on the fit part's ending steps only (failed and successful ones
+training), fine-tunes the loaded model (the run's files are only read) on the fit part's ending steps only (failed and successful ones
 drawn equally often) for `--steps` AdamW steps, and judges both parts again. Nothing is written to the run.
 
     python experiments/purchase_fit.py --run-dir D [--steps 1500] [--lr 1e-3] [--held-fraction 0.25] [--out F.json]
@@ -39,16 +39,12 @@ def main() -> None:
 
     import logging
 
-    import torch
-    from torch.utils.data import DataLoader
-
     from dreamgym_pl.experience.annotate import annotate
-    from dreamgym_pl.experience.endings import balanced, ending_samples
+    from dreamgym_pl.experience.endings import balanced, decided_ending, ending_samples
     from dreamgym_pl.experience.judge import predict_last_steps, verdict_counts
     from dreamgym_pl.experience.module import demos_for, experience_samples, split_by_task
-    from dreamgym_pl.experience.train_steps import adamw_steps, cycle
+    from dreamgym_pl.experience.train_steps import adamw_steps, shuffled_batches
     from dreamgym_pl.models import load_pretrained
-    from dreamgym_pl.policy.samples import collate
     from dreamgym_pl.rollout.engine import HFEngine
     from dreamgym_pl.stages import Run
     from dreamgym_pl.stages.context import run_config
@@ -61,7 +57,7 @@ def main() -> None:
     trajs = run.offline_trajectories()
     annotate(trajs, run.env.explain)
     train, _ = split_by_task(trajs, cfg.experience.val_fraction, cfg.seed)
-    ends = [tr for tr in train if tr.transitions and tr.transitions[-1].done and not tr.transitions[-1].info.get("truncated")]
+    ends = [tr for tr in train if decided_ending(tr)]
     fit, held = split_by_task(ends, args.held_fraction, args.seed)
     fmt, buffer = experience_format(run), load_replay(run)
     model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
@@ -89,9 +85,7 @@ def main() -> None:
     balanced_samples = balanced(failed, successful)
     print(f"fit part: {len(failed)} failed + {len(successful)} successful ending steps, drawn equally "
           f"({len(balanced_samples)} samples); held part: {len(held)} episodes", flush=True)
-    gen = torch.Generator().manual_seed(args.seed)
-    batches = cycle(lambda: DataLoader(balanced_samples, batch_size=args.batch_size, shuffle=True, generator=gen,
-                                       collate_fn=lambda b: collate(b, tok.pad_token_id)))
+    batches = shuffled_batches(lambda: balanced_samples, args.batch_size, tok.pad_token_id, args.seed)
     losses = adamw_steps(model, batches, args.steps, args.lr, warmup_steps=50, grad_clip=cfg.experience.grad_clip,
                          what="purchase fit", log_every=100)
     out["loss_first_100"] = sum(losses[:100]) / max(1, len(losses[:100]))

@@ -21,6 +21,11 @@ from dreamgym_pl.core import Trajectory
 T = TypeVar("T")
 
 
+def decided_ending(traj: Trajectory) -> bool:
+    """The episode ended by the env's decision (done, not cut by the step limit: `info["truncated"]`)."""
+    return bool(traj.transitions) and traj.transitions[-1].done and not traj.transitions[-1].info.get("truncated")
+
+
 def ending_samples(trajs: Sequence[Trajectory], samples: Sequence[T]) -> tuple[list[T], list[T]]:
     """(failed, successful) samples of the episode-ending steps that the env decided (done, not cut by the step
     limit: `info["truncated"]`; reward >= 1 is a success). `samples` holds one sample per transition of `trajs`, in order (as
@@ -33,9 +38,8 @@ def ending_samples(trajs: Sequence[Trajectory], samples: Sequence[T]) -> tuple[l
     i = 0
     for tr in trajs:
         i += len(tr.transitions)
-        last = tr.transitions[-1] if tr.transitions else None
-        if last is not None and last.done and not last.info.get("truncated"):
-            (successful if last.reward >= 1.0 else failed).append(samples[i - 1])
+        if decided_ending(tr):
+            (successful if tr.transitions[-1].reward >= 1.0 else failed).append(samples[i - 1])
     return failed, successful
 
 
@@ -57,12 +61,8 @@ def ending_phase(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: A
     """`steps` AdamW steps of the experience model on the class-balanced ending steps of `trajs` mixed with as many
     `regular` samples (the stage's training samples), reshuffled every pass -> experience/ending_* counts and the
     last steps' mean loss. Nothing happens (and {} is returned) without steps or without any ending step."""
-    import torch
-    from torch.utils.data import DataLoader
-
     from dreamgym_pl.experience.module import experience_samples
-    from dreamgym_pl.experience.train_steps import adamw_steps, cycle
-    from dreamgym_pl.policy.samples import collate
+    from dreamgym_pl.experience.train_steps import adamw_steps, shuffled_batches
 
     if steps <= 0:
         return {}
@@ -70,9 +70,8 @@ def ending_phase(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: A
     endings = balanced(failed, successful)
     if not endings:
         return {}
-    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
-    batches = cycle(lambda: DataLoader(ending_mix(endings, regular, rng), batch_size=batch_size, shuffle=True,
-                                       generator=gen, collate_fn=lambda b: collate(b, tokenizer.pad_token_id)))
+    rng = random.Random(seed)
+    batches = shuffled_batches(lambda: ending_mix(endings, regular, rng), batch_size, tokenizer.pad_token_id, seed)
     losses = adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, "the ending-step training", log_every=100)
     tail = losses[-min(50, len(losses)):]
     return {"experience/ending_failed": float(len(failed)), "experience/ending_successful": float(len(successful)),

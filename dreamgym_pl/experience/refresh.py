@@ -19,8 +19,6 @@ import random
 from typing import Any, Callable, Sequence
 
 import lightning as L
-import torch
-from torch.utils.data import DataLoader
 
 from dreamgym_pl import dist
 from dreamgym_pl.core import Task, Trajectory, Transition
@@ -80,15 +78,12 @@ def finetune(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: Any, 
     batches shuffled with `seed`, cycling over them as needed. Returns the training loss of every step. The
     model's train/eval mode is left as it was."""
     from dreamgym_pl.experience.module import experience_samples
-    from dreamgym_pl.experience.train_steps import adamw_steps, cycle
-    from dreamgym_pl.policy.samples import collate
+    from dreamgym_pl.experience.train_steps import adamw_steps, shuffled_batches
 
     samples = experience_samples(trajs, tokenizer, fmt, buffer, terminal_repeat)
     if not samples or steps <= 0:
         return []
-    gen = torch.Generator().manual_seed(seed)
-    batches = cycle(lambda: DataLoader(samples, batch_size=batch_size, shuffle=True, generator=gen,
-                                       collate_fn=lambda b: collate(b, tokenizer.pad_token_id)))
+    batches = shuffled_batches(lambda: samples, batch_size, tokenizer.pad_token_id, seed)
     return adamw_steps(model, batches, steps, lr, 0, grad_clip, "a refresh")
 
 

@@ -13,7 +13,6 @@ import random
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, Task
-from dreamgym_pl.envs.base import SCRIPTED_AGENTS
 
 
 class ScriptedAgent:
@@ -44,10 +43,9 @@ class RandomAgent(ScriptedAgent):
 
 
 def make_agent(name: str, seed: int = 0, eps: float = 0.3, env: Any = None) -> Any:
-    """The scripted agent `name` (oracle / noisy_oracle / random) of environment `env`: `env.scripted_agent(name,
-    seed, eps)`; eps is the noisy oracle's probability of a random action."""
-    if name not in SCRIPTED_AGENTS:
-        raise KeyError(f"unknown scripted agent {name!r}; known: {list(SCRIPTED_AGENTS)}")
+    """The scripted agent `name` (oracle / noisy_oracle / random, or one the environment adds, e.g. WebShop's
+    near_miss) of environment `env`: `env.scripted_agent(name, seed, eps)`; eps is the noisy oracle's
+    probability of a random action. An unknown name is the environment's KeyError, which lists its agents."""
     if env is None:
         raise ValueError(f"make_agent({name!r}) needs the environment: scripted agents come from env.scripted_agent")
     return env.scripted_agent(name, seed, eps)

@@ -8,7 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dreamgym_pl.config_keys import check_keys
-from dreamgym_pl.envs.base import SCRIPTED_AGENTS
+from dreamgym_pl.envs.base import SCRIPTED_AGENTS, env_agents
 
 
 class ConfigError(ValueError):
@@ -37,8 +37,9 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     _require(env_name in known_envs(), "env.name", f"unknown environment {env_name!r}; known: {known_envs()}")
     check_keys(cfg, ConfigError)  # one rule per key (dreamgym_pl/config_keys.py)
     agents = _get(cfg, "collect.agents") or {}
+    offered = env_agents(env_name) if agents else SCRIPTED_AGENTS
     for name, n in agents.items():
-        _require(name in SCRIPTED_AGENTS, f"collect.agents.{name}", f"unknown scripted agent; known: {list(SCRIPTED_AGENTS)}")
+        _require(name in offered, f"collect.agents.{name}", f"unknown scripted agent for {env_name}; known: {list(offered)}")
         _require(isinstance(n, int) and n >= 0, f"collect.agents.{name}", f"episode count must be an integer >= 0, got {n!r}")
     engine = _get(cfg, "engine.name") or "hf"
     _require(engine in ("hf", "vllm"), "engine.name", f"must be hf or vllm, got {engine!r}")

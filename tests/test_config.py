@@ -44,6 +44,13 @@ def test_bad_values_name_the_key(override, key, tmp_path):
         validate(cfg, tmp_path)
 
 
+def test_env_specific_agent_is_checked_against_the_env(tmp_path):
+    validate(compose(["+collect.agents.near_miss=5"]), tmp_path)  # WebShop offers the near-miss buyer
+    cfg = compose(["env=textworld", "+collect.agents.near_miss=5"])
+    with pytest.raises(ConfigError, match="^collect.agents.near_miss:.*textworld"):
+        validate(cfg, tmp_path)
+
+
 def test_unknown_env_name(tmp_path):
     cfg = compose([])
     OmegaConf.update(cfg, "env.name", "nope")

@@ -3,7 +3,7 @@ import pytest
 from dreamgym_pl.agents import make_agent
 from dreamgym_pl.envs import make_vec_env
 from dreamgym_pl.envs.webshop import WebShopEngine, WebShopEnv, parse_action
-from dreamgym_pl.envs.webshop.agents import goal_query
+from dreamgym_pl.envs.webshop.agents import goal_query, near_miss_action
 from dreamgym_pl.envs.webshop.catalogue import generate_catalogue, load_webshop_products
 from dreamgym_pl.envs.webshop.goals import price_bounds
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes
@@ -141,6 +141,36 @@ def test_agents_success_rates():
     assert oracle["success_rate"] >= 0.95
     assert rand["success_rate"] < 0.10
     assert rand["success_rate"] < noisy["success_rate"] < oracle["success_rate"]
+
+
+def test_near_miss_action_hand_cases():
+    wanted, sat = ["red", "large"], (lambda t: t == "item 2")
+    results = ["back to search", "next >", "item 1", "item 2"]
+    # a wrong product: the first listed one that fails the goal; an option mistake leaves results to the oracle
+    assert near_miss_action(results, wanted, set(), "product", None, None, sat) == "click[item 1]"
+    assert near_miss_action(results, wanted, set(), "option", "red", None, sat) is None
+    assert near_miss_action(["back to search", "item 2"], wanted, set(), "product", None, None, sat) is None
+    page = ["back to search", "< prev", "red", "blue", "large", "small", "description", "buy now"]
+    # the product page: a product mistake buys as the oracle does; an option mistake swaps, skips, then buys
+    assert near_miss_action(page, wanted, set(), "product", None, None, sat) is None
+    assert near_miss_action(page, wanted, set(), "option", "red", "blue", sat) == "click[blue]"
+    assert near_miss_action(page, wanted, {"blue"}, "option", "red", None, sat) == "click[large]"
+    assert near_miss_action(page, wanted, {"blue", "large"}, "option", "red", None, sat) == "click[buy now]"
+
+
+def test_near_miss_buyer_fails_near_the_boundary():
+    env = make_vec_env("webshop", max_steps=10, results_per_page=3, product_ids="index")
+    trajs = run_episodes(env, env.tasks("train")[:200], make_agent("near_miss", seed=3, env=env), batch_size=100)
+    last = [t.transitions[-1] for t in trajs]
+    bought = [s for s in last if s.action == "click[buy now]"]
+    assert len(bought) == len(trajs)  # every episode ends in a purchase
+    failed = [s for s in bought if not s.info["success"]]
+    assert len(failed) >= 0.9 * len(bought)
+    # near misses: mostly partial credit (a wrong option, price or attribute), not a wrong product type
+    assert sum(s.reward > 0 for s in failed) >= 0.9 * len(failed)
+    assert sum(s.info["n_option_match"] < s.info["n_options"] for s in failed) >= 0.3 * len(failed)
+    with pytest.raises(KeyError, match="near_miss"):
+        make_agent("wizard", env=env)
 
 
 def test_unknown_env():

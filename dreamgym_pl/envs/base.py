@@ -227,16 +227,26 @@ BUILTIN_ENVS = {"webshop": "dreamgym_pl.envs.webshop", "textworld": "dreamgym_pl
                 "alfworld": "dreamgym_pl.envs.alfworld", "miniwob": "dreamgym_pl.envs.browser",
                 "webarena": "dreamgym_pl.envs.browser"}
 _REGISTRY: dict[str, Callable[..., Environment]] = {}
+_AGENTS: dict[str, tuple[str, ...]] = {}
 
 
-def register(name: str):
-    """Decorator for an env factory `make(**env config) -> Environment`, under `env.name: <name>`."""
+def register(name: str, scripted_agents: Sequence[str] = SCRIPTED_AGENTS):
+    """Decorator for an env factory `make(**env config) -> Environment`, under `env.name: <name>`;
+    `scripted_agents`: the names its `scripted_agent` accepts (the common three, or more)."""
 
     def deco(fn):
         _REGISTRY[name] = fn
+        _AGENTS[name] = tuple(scripted_agents)
         return fn
 
     return deco
+
+
+def env_agents(name: str) -> tuple[str, ...]:
+    """The scripted agents environment `name` offers (`collect.agents` is checked against them before work)."""
+    if name not in _REGISTRY and name in BUILTIN_ENVS:
+        importlib.import_module(BUILTIN_ENVS[name])
+    return _AGENTS.get(name, SCRIPTED_AGENTS)
 
 
 def known_envs() -> list[str]:

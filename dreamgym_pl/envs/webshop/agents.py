@@ -1,13 +1,15 @@
 """WebShop's scripted agents: the oracle (reads the goal: the target product and its options), the noisy
-oracle (a random action with probability eps) and the random agent (clicks, or searches with 2-4 random
-instruction words). `make_webshop_agent` is what `WebShopVecEnv.scripted_agent` returns.
+oracle (a random action with probability eps), the random agent (clicks, or searches with 2-4 random
+instruction words) and the near-miss buyer (the oracle with one deliberate mistake per episode: a listed
+product that fails the goal, or an option skipped or swapped; then it buys). `make_webshop_agent` is what
+`WebShopVecEnv.scripted_agent` returns.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dreamgym_pl.agents import ScriptedAgent
 from dreamgym_pl.core import Observation, Task
@@ -28,6 +30,10 @@ def goal_query(task: Task) -> str:
         return " ".join(list(g["attributes"]) + [g["query"]] + vals)
     words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
     return " ".join(words[:8])
+
+
+_CONTROLS = ("back to search", "next >", "< prev", "description", "features", "reviews", "buy now")
+WEBSHOP_AGENTS = SCRIPTED_AGENTS + ("near_miss",)
 
 
 def _click_target(a: str) -> str:
@@ -141,13 +147,85 @@ class NoisyOracle(ScriptedAgent):
         return self.oracle.act_one(slot, obs)
 
 
+def wanted_options(task: Task) -> list[str]:
+    """The goal's option values (goal_options may be a dict or a list)."""
+    opts = task.goal.get("goal_options", {})
+    return list(opts.values()) if isinstance(opts, dict) else list(opts)
+
+
+def near_miss_action(clicks: Sequence[str], wanted: Sequence[str], selected: set[str], mistake: str,
+                     skipped: str | None, swap: str | None, satisfies: Callable[[str], bool]) -> str | None:
+    """The near-miss buyer's action given a page's click targets, or None where it acts as the oracle.
+    mistake "product": on a results page, the first listed product that fails the goal (`satisfies(target)`
+    false); mistake "option": on the product page, `swap` (an unwanted value, clicked once; None: none) and
+    the wanted values except `skipped`, then "buy now"."""
+    if "buy now" in clicks:
+        if mistake != "option":
+            return None
+        if swap is not None and swap in clicks:
+            return f"click[{swap}]"
+        for v in wanted:
+            if v != skipped and v in clicks and v not in selected:
+                return f"click[{v}]"
+        return "click[buy now]"
+    if mistake == "product":
+        for t in clicks:
+            if t not in _CONTROLS and not satisfies(t):
+                return f"click[{t}]"
+    return None
+
+
+class NearMissBuyer(ScriptedAgent):
+    """Failed purchases near the success boundary, which the oracles rarely make and a policy makes most:
+    per episode one mistake, drawn with even odds where the goal has options: a listed product that fails
+    the goal (bought with the goal's options), or the goal product with one wanted option skipped (half of the
+    time an unwanted value clicked first). Otherwise the oracle's actions (search, paging, buying)."""
+
+    name = "near_miss"
+
+    def __init__(self, seed: int = 0, catalogue: dict[str, dict] | None = None):
+        self.rng = random.Random(seed)
+        self.oracle = WebShopOracle(catalogue=catalogue)
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.oracle.begin(tasks)
+        self.plans: list[tuple[str, str | None]] = []
+        self.swap_pending: list[bool] = []
+        for task in self.tasks:
+            wanted = wanted_options(task)
+            option = bool(wanted) and self.rng.random() < 0.5
+            self.plans.append(("option", self.rng.choice(wanted)) if option else ("product", None))
+            self.swap_pending.append(option and self.rng.random() < 0.5)
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        task = self.tasks[slot]
+        mistake, skipped = self.plans[slot]
+        if any(a.startswith("search[") for a in obs.admissible):
+            return self.oracle.act_one(slot, obs)
+        clicks = [_click_target(a) for a in obs.admissible if a.startswith("click[")]
+        wanted = wanted_options(task)
+        swap = None
+        if mistake == "option" and self.swap_pending[slot] and "buy now" in clicks:
+            self.swap_pending[slot] = False
+            others = [t for t in clicks if t not in _CONTROLS and t not in wanted]
+            swap = self.rng.choice(others) if others else None
+        selected = set(re.findall(r"\(([^()]*)\):", obs.text))
+        act = near_miss_action(clicks, wanted, selected, mistake, skipped, swap,
+                               lambda t: self.oracle._satisfies(obs.refs.get(t, t), task))
+        return act if act is not None else self.oracle.act_one(slot, obs)
+
+
 def make_webshop_agent(name: str, seed: int = 0, eps: float = 0.3,
                        catalogue: dict[str, dict] | None = None) -> ScriptedAgent:
-    """oracle / noisy_oracle / random; `catalogue` (asin -> product) lets the oracles judge listed products."""
+    """oracle / noisy_oracle / random / near_miss; `catalogue` (asin -> product) lets the oracles judge listed
+    products."""
     if name == "oracle":
         return WebShopOracle(catalogue=catalogue)
     if name == "noisy_oracle":
         return NoisyOracle(eps, seed, catalogue)
     if name == "random":
         return WebShopRandomAgent(seed)
-    raise KeyError(f"unknown scripted agent {name!r}; known: {list(SCRIPTED_AGENTS)}")
+    if name == "near_miss":
+        return NearMissBuyer(seed, catalogue)
+    raise KeyError(f"unknown scripted agent {name!r}; known: {list(WEBSHOP_AGENTS)}")

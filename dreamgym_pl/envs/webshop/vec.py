@@ -9,7 +9,7 @@ from typing import Any
 
 from dreamgym_pl.core import Observation, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, action_key, register, root_goal
-from dreamgym_pl.envs.webshop.agents import make_webshop_agent
+from dreamgym_pl.envs.webshop.agents import WEBSHOP_AGENTS, make_webshop_agent
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
 from dreamgym_pl.envs.webshop.goals import goal_type, products_by_type, variation_problem
 from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
@@ -39,8 +39,8 @@ class WebShopVecEnv(SerialVecEnv):
         return WebShopEnv(self.engine, *self._env_args)
 
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
-        """oracle / noisy_oracle / random (`envs/webshop/agents.py`); the oracles judge listed products with
-        the catalogue."""
+        """oracle / noisy_oracle / random / near_miss (`envs/webshop/agents.py`); the oracles judge listed
+        products with the catalogue."""
         catalogue = {p["asin"]: p for p in self.engine.products}
         return make_webshop_agent(name, seed, eps, catalogue)
 
@@ -85,7 +85,7 @@ class WebShopVecEnv(SerialVecEnv):
         return variation_problem(instruction, root_goal(seed.goal), self._by_type)
 
 
-@register("webshop")
+@register("webshop", scripted_agents=WEBSHOP_AGENTS)
 def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
                  show_attributes: bool = False, **engine_kwargs: Any) -> WebShopVecEnv:
     return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes)

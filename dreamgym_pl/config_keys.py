@@ -222,6 +222,7 @@ RULES: dict[str, Rule] = {
     "eval.batch_size": POS_INT,
     "eval.curve_every": NONNEG_INT,
     "eval.curve_goals": NONNEG_INT,
+    "eval.curve_split": one_of("val", "test"),
     "eval.val_goals": NONNEG_INT,
     "rollout.batch_size": POS_INT,
     "rollout.samples_every": NONNEG_INT,

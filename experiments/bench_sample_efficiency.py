@@ -8,8 +8,9 @@ order, curriculum), so all variants of a seed start from identical weights:
   S2R         DreamGym (the same seed's run) + real-env GRPO with at most 0.1*B real transitions
   ablations of DreamGym: no replay retrieval (replay.k=0), no reasoning (experience.reasoning=false),
   no task generation (curriculum.lambda_=0; the same experience model as DreamGym)
-Each RL stage evaluates the greedy policy on the first `eval.curve_goals` test goals every `eval.curve_every`
-iterations (the curves) and on `eval.num_goals` test goals at its end (the table).
+Each RL stage evaluates the greedy policy on the first `eval.curve_goals` val goals every `eval.curve_every`
+iterations (the curves; `eval.curve_split=test` for a test curve) and on `eval.num_goals` test goals at its end
+(the table).
 
     python experiments/bench_sample_efficiency.py --seeds 0 1 2 --budget 6000 --synthetic 2000
     python experiments/bench_sample_efficiency.py --quick          # one seed, small budgets (smoke run)
@@ -33,6 +34,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from dreamgym_pl.pipeline import run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+CURVE_KEY = "val/success_rate"  # the RL stages' curve (eval.curve_split: val)
 PRE = "stages=[collect,sft"
 
 
@@ -169,7 +171,7 @@ def table(results: dict[str, list[dict]], out: Path, wall_s: float) -> None:
 
 
 def plots(results: dict[str, list[dict]], out: Path) -> None:
-    """success_vs_real.png (final test success against real transitions) and curves.png (test success on the
+    """success_vs_real.png (final test success against real transitions) and curves.png (val success on the
     curve goals against training iteration and against real transitions, seed 0 of each variant)."""
     try:
         import matplotlib
@@ -192,17 +194,17 @@ def plots(results: dict[str, list[dict]], out: Path) -> None:
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, rs in results.items():
-        h = [x for x in rs[0]["history"] if "test/success_rate" in x]
+        h = [x for x in rs[0]["history"] if CURVE_KEY in x]
         if not h:
             continue
-        steps = [i for i, x in enumerate(rs[0]["history"]) if "test/success_rate" in x]
-        axes[0].plot(steps, [x["test/success_rate"] for x in h], marker="o", label=name)
+        steps = [i for i, x in enumerate(rs[0]["history"]) if CURVE_KEY in x]
+        axes[0].plot(steps, [x[CURVE_KEY] for x in h], marker="o", label=name)
         real = [x.get("budget/real_transitions", 0) if x["stage"] != "synthetic_rl" else 0 for x in h]
-        axes[1].plot(real, [x["test/success_rate"] for x in h], marker="o", label=name)
-    axes[0].set(xlabel="RL iteration (synthetic, then real for S2R)", ylabel="test success (curve goals)",
-                title="test success vs training step")
-    axes[1].set(xlabel="real transitions consumed", ylabel="test success (curve goals)",
-                title="test success vs real transitions")
+        axes[1].plot(real, [x[CURVE_KEY] for x in h], marker="o", label=name)
+    axes[0].set(xlabel="RL iteration (synthetic, then real for S2R)", ylabel="val success (curve goals)",
+                title="val success vs training step")
+    axes[1].set(xlabel="real transitions consumed", ylabel="val success (curve goals)",
+                title="val success vs real transitions")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)

@@ -1,8 +1,11 @@
 """Why a run's policy fails its WebShop purchases: the policy (sampled as in RL) plays N unseen train tasks R times
 in the real env, and each failed purchase is classified by the reward's parts (`info`: type, attributes,
-options, price; a purchase can fail on several).
+options, price; a purchase can fail on several). `--agent` plays a scripted agent instead (e.g. near_miss);
+`--judge` also has the run's experience model judge every purchase (greedy, prompts as in training: the real
+history, retrieval under replay.exclude) and prints, per class, how many it calls a success.
 
-    python experiments/webshop_failed_purchases.py --run-dir D [--policy sft] [--tasks 100] [--rollouts-per-task 4]
+    python experiments/webshop_failed_purchases.py --run-dir D [--policy sft] [--agent NAME] [--judge]
+        [--tasks 100] [--rollouts-per-task 4]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dreamgym_pl.agents import make_agent  # noqa: E402
 from dreamgym_pl.models import load_pretrained  # noqa: E402
 from dreamgym_pl.rollout.actor import policy_actor  # noqa: E402
 from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
@@ -48,31 +52,63 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100)
     ap.add_argument("--rollouts-per-task", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--agent", default=None, help="a scripted agent of the env instead of the policy (e.g. near_miss)")
+    ap.add_argument("--judge", action="store_true", help="the run's experience model judges every purchase")
     args, overrides = ap.parse_known_args()
     d = Path(args.run_dir)
     run = Run(run_config(d, overrides), d)
-    policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
-    algo = algorithm(run)
     tasks = random.Random(args.seed).sample(unseen_train_tasks(run), args.tasks)
-    actor = policy_actor(HFEngine(policy, tok, micro_batch=64), run.prompt_cfg, run.env, algo.cfg.temperature,
-                         algo.cfg.max_new_tokens, algo.cfg.top_p)
+    if args.agent:
+        actor, who = make_agent(args.agent, seed=args.seed, eps=run.cfg.collect.noisy_eps, env=run.env), args.agent
+    else:
+        policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
+        algo = algorithm(run)
+        actor = policy_actor(HFEngine(policy, tok, micro_batch=64), run.prompt_cfg, run.env, algo.cfg.temperature,
+                             algo.cfg.max_new_tokens, algo.cfg.top_p)
+        who = f"policy {args.policy}"
     torch.manual_seed(args.seed)
     real = run_episodes(run.env, [t for t in tasks for _ in range(args.rollouts_per_task)], actor, batch_size=64)
     combos, parts = collections.Counter(), collections.Counter()
+    labels = []
     for t in real:
         info = t.transitions[-1].info if t.transitions else {}
         if "r_type" not in info:
-            combos["no purchase"] += 1
+            label = "no purchase"
         elif info.get("success"):
-            combos["success"] += 1
+            label = "success"
         else:
             missed = failed_parts(info)
-            combos["failed: " + " + ".join(missed)] += 1
+            label = "failed: " + " + ".join(missed)
             parts.update(missed)
-    print(f"{len(real)} episodes of policy {args.policy}")
+        combos[label] += 1
+        labels.append(label)
+    judged = judge_purchases(run, d, real, labels) if args.judge else {}
+    print(f"{len(real)} episodes of {who}")
     for k, v in combos.most_common():
-        print(f"{v:5d}  {k}")
+        print(f"{v:5d}  {k}" + (f"   judged success by the experience model: {judged[k]}/{v}" if k in judged else ""))
     print("failed purchases missing each part:", dict(parts))
+
+
+def judge_purchases(run: Run, d: Path, real: list, labels: list[str]) -> dict[str, int]:
+    """label -> how many of its purchases the run's experience model judges a success; prints verdict_counts."""
+    from dreamgym_pl.experience.annotate import annotate
+    from dreamgym_pl.experience.judge import predict_last_steps, verdict_counts
+    from dreamgym_pl.experience.module import demos_for
+    from dreamgym_pl.stages.experience import experience_format, load_replay
+
+    bought = [(t, lab) for t, lab in zip(real, labels) if lab != "no purchase"]
+    trajs = [t for t, _ in bought]
+    annotate(trajs, run.env.explain)
+    fmt, buffer = experience_format(run), load_replay(run)
+    model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
+                                 run.cfg.model.get("dtype", "float32"))
+    preds = predict_last_steps(HFEngine(model, tok, micro_batch=32), trajs, lambda t: demos_for(buffer, t, fmt), fmt,
+                               run.cfg.experience.max_new_tokens)
+    out: dict[str, int] = collections.Counter()
+    for (_, lab), p in zip(bought, preds):
+        out[lab] += int(p.valid and p.reward >= 1.0)
+    print("experience model on these purchases:", verdict_counts(preds, [t.transitions[-1].reward for t in trajs]))
+    return dict(out)
 
 
 if __name__ == "__main__":

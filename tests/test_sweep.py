@@ -1,5 +1,6 @@
 """Optuna sweeps: spec checking, parameter sampling, pruning, failure handling, stop-and-resume in SQLite."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -116,7 +117,9 @@ def test_sweep_stop_and_resume(tmp_path, sft_start):
     for t in done:
         d = Path(t.user_attrs["run_dir"])
         assert list((d / "tb" / "rl").glob("events.out.tfevents.*")) and list((d / "tb" / "hparams").glob("events*"))
-        assert (d / "history" / "rl.json").exists()
+        history = json.loads((d / "history" / "rl.json").read_text())
+        assert any("val/success_rate" in h for h in history)  # the curve is on val (eval.curve_split)
+        assert not any("test/success_rate" in h for h in history)
     assert (out / "best.json").exists() and (out / "optimization_history.png").exists()
     assert (out / "metric_vs_algo_lr.png").exists()
     assert "COMPLETE" in (out / "trials.md").read_text()

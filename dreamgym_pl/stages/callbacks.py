@@ -74,19 +74,20 @@ class RolloutSamples(L.Callback):
 
 class TestCurve(L.Callback):
     """Every `every` iterations, the current policy (before the iteration's update) evaluated greedily on the
-    first `goals` test tasks: `test/success_rate` and `test/mean_score` join the iteration's logs (the curve
-    of test success against transitions in history/ and plots/)."""
+    first `goals` tasks of `split` (val: what budgets and settings are chosen on; test: a report only):
+    `<split>/success_rate` and `<split>/mean_score` join the iteration's logs (the curve of success against
+    transitions in history/ and plots/)."""
 
-    def __init__(self, evaluate: Callable[..., dict[str, float]], every: int, goals: int):
-        self.evaluate, self.every, self.goals = evaluate, every, goals
+    def __init__(self, evaluate: Callable[..., dict[str, float]], every: int, goals: int, split: str = "val"):
+        self.evaluate, self.every, self.goals, self.split = evaluate, every, goals, split
 
     def on_rollouts_end(self, trainer: L.Trainer, pl_module: L.LightningModule, dm: Any, trajs: list, logs: dict) -> None:
         if self.every <= 0 or dm.iteration % self.every:
             return
         was_training = pl_module.model.training
-        res = self.evaluate(pl_module.model, pl_module.tokenizer, num_goals=self.goals)
+        res = self.evaluate(pl_module.model, pl_module.tokenizer, num_goals=self.goals, split=self.split)
         pl_module.model.train(was_training)
-        logs.update({"test/success_rate": res["success_rate"], "test/mean_score": res["mean_score"]})
+        logs.update({f"{self.split}/success_rate": res["success_rate"], f"{self.split}/mean_score": res["mean_score"]})
 
 
 def generation_examples_text(examples: list[tuple[str, str, str]]) -> str:

@@ -154,9 +154,10 @@ def plot_history(run: Run, stage: str, history: list[dict[str, float]]) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     x = [h.get("budget/real_transitions", h.get("budget/synthetic_transitions", i)) for i, h in enumerate(history)]
     axes[0].plot(x, [h["rollout/success_rate"] for h in history], marker="o", label="rollouts")
-    tested = [(xi, h["test/success_rate"]) for xi, h in zip(x, history) if "test/success_rate" in h]
+    split = run.cfg.eval.curve_split
+    tested = [(xi, h[f"{split}/success_rate"]) for xi, h in zip(x, history) if f"{split}/success_rate" in h]
     if tested:
-        axes[0].plot(*zip(*tested), marker="s", color="tab:green", label="test (greedy)")
+        axes[0].plot(*zip(*tested), marker="s", color="tab:green", label=f"{split} (greedy)")
         axes[0].legend(fontsize=7)
     axes[0].set(xlabel="transitions consumed", ylabel="rollout success rate", title=f"{stage}: success")
     axes[1].plot(x, [h["rollout/mean_score"] for h in history], marker="o", color="tab:orange")

@@ -55,7 +55,7 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
                         bool(run.cfg.resume))
     callbacks = [ckpt, online,
                  RolloutSamples(run.cfg.rollout.samples_every),
-                 TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals)]
+                 TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals, run.cfg.eval.curve_split)]
     run.trainer(stage, callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)
     save_replay(run, buffer)
     plot_history(run, stage, dm.history)

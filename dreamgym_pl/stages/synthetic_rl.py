@@ -223,7 +223,7 @@ def run_stage(run: Run) -> None:
                         bool(run.cfg.resume))
     callbacks = [ckpt, CurriculumLogs(cur, senv),
                  RolloutSamples(run.cfg.rollout.samples_every),
-                 TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals)]
+                 TestCurve(run.evaluate, run.cfg.eval.curve_every, run.cfg.eval.curve_goals, run.cfg.eval.curve_split)]
     if refresh is not None:
         callbacks.append(refresh)
     run.trainer("synthetic_rl", callbacks, max_epochs=1, gradient_clip_val=algo.cfg.grad_clip).fit(module, datamodule=dm)

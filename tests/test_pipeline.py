@@ -5,6 +5,7 @@ import json
 import pytest
 
 from dreamgym_pl.core import Transition, read_jsonl
+from dreamgym_pl.outcomes import read_outcomes
 from dreamgym_pl.pipeline import run_pipeline
 from tests.conftest import compose
 
@@ -27,6 +28,8 @@ def test_collect_and_oracle_eval(tmp_path):
     assert {t.source for t in trs} == {"oracle", "noisy_oracle", "random"}
     assert all(t.task.task_id.startswith("webshop-") and t.next_state.text for t in trs)
     assert json.loads((tmp_path / "stages.json").read_text())["completed"] == ["collect", "eval"]
+    outcomes = read_outcomes(tmp_path / "eval" / "test_outcomes.jsonl")  # per goal, for paired comparisons
+    assert len(outcomes) == m["eval/num_goals"] and sum(outcomes.values()) / len(outcomes) == m["eval/success_rate"]
 
 
 def test_grpo_pipeline_tiny(tmp_path):
@@ -42,6 +45,8 @@ def test_grpo_pipeline_tiny(tmp_path):
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
         + m["rl/real_transitions"]
     assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()
+    outcomes = read_outcomes(tmp_path / "eval" / "test_outcomes.jsonl")
+    assert len(outcomes) == 8 and sum(outcomes.values()) / 8 == m["eval/success_rate"]
     assert (tmp_path / "plots" / "rl_rollouts.png").exists()
     assert list((tmp_path / "tb" / "rl").glob("events.out.tfevents.*"))
     cfg2 = compose(["conf=webshop_grpo", "resume=true", *TINY])

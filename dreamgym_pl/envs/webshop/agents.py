@@ -25,15 +25,24 @@ def goal_query(task: Task) -> str:
     instruction, so a policy can learn to write the same query)."""
     g = task.goal
     if "query" in g and "attributes" in g:
-        opts = g.get("goal_options", {})
-        vals = list(opts.values()) if isinstance(opts, dict) else list(opts)
-        return " ".join(list(g["attributes"]) + [g["query"]] + vals)
+        return " ".join(list(g["attributes"]) + [g["query"]] + wanted_options(task))
     words = [w for w in re.findall(r"[a-z][a-z\-]*", task.instruction.lower()) if w not in _QUERY_DROP]
     return " ".join(words[:8])
 
 
 _CONTROLS = ("back to search", "next >", "< prev", "description", "features", "reviews", "buy now")
 WEBSHOP_AGENTS = SCRIPTED_AGENTS + ("near_miss",)
+
+
+def wanted_options(task: Task) -> list[str]:
+    """The goal's option values (goal_options may be a dict or a list)."""
+    opts = task.goal.get("goal_options", {})
+    return list(opts.values()) if isinstance(opts, dict) else list(opts)
+
+
+def selected_options(page: str) -> set[str]:
+    """The option values an item page shows as chosen (`size (pack of 12):`)."""
+    return set(re.findall(r"\(([^()]*)\):", page))
 
 
 def _click_target(a: str) -> str:
@@ -84,8 +93,7 @@ class WebShopOracle(ScriptedAgent):
         key = (asin, task.task_id)
         if key not in self._ok:
             p = self.catalogue[asin]
-            opts = g.get("goal_options", {})
-            wanted = list(opts.values()) if isinstance(opts, dict) else list(opts)
+            wanted = wanted_options(task)
             have = [v for vals in p.get("options", {}).values() for v in vals if v in wanted]
             self._ok[key] = purchase_reward(p, have, g)["reward"] >= 1.0 - 1e-9
         return self._ok[key]
@@ -96,7 +104,6 @@ class WebShopOracle(ScriptedAgent):
 
     def act_one(self, slot: int, obs: Observation) -> str:
         task = self.tasks[slot]
-        g = task.goal
         adm = obs.admissible
         targets = [_click_target(a) for a in adm]
         if any(a.startswith("search[") for a in adm):
@@ -105,10 +112,8 @@ class WebShopOracle(ScriptedAgent):
             if t not in ("back to search", "next >", "< prev") and self._satisfies(obs.refs.get(t, t), task):
                 return f"click[{t}]"
         if "buy now" in targets:
-            selected = set(re.findall(r"\(([^()]*)\):", obs.text))
-            wanted = g.get("goal_options", {})
-            wanted_vals = list(wanted.values()) if isinstance(wanted, dict) else list(wanted)
-            for v in wanted_vals:
+            selected = selected_options(obs.text)
+            for v in wanted_options(task):
                 if v in targets and v not in selected:
                     return f"click[{v}]"
             return "click[buy now]"
@@ -145,12 +150,6 @@ class NoisyOracle(ScriptedAgent):
         if self.rng.random() < self.eps:
             return self.random.act_one(slot, obs)
         return self.oracle.act_one(slot, obs)
-
-
-def wanted_options(task: Task) -> list[str]:
-    """The goal's option values (goal_options may be a dict or a list)."""
-    opts = task.goal.get("goal_options", {})
-    return list(opts.values()) if isinstance(opts, dict) else list(opts)
 
 
 def near_miss_action(clicks: Sequence[str], wanted: Sequence[str], selected: set[str], mistake: str,
@@ -210,7 +209,7 @@ class NearMissBuyer(ScriptedAgent):
             self.swap_pending[slot] = False
             others = [t for t in clicks if t not in _CONTROLS and t not in wanted]
             swap = self.rng.choice(others) if others else None
-        selected = set(re.findall(r"\(([^()]*)\):", obs.text))
+        selected = selected_options(obs.text)
         act = near_miss_action(clicks, wanted, selected, mistake, skipped, swap,
                                lambda t: self.oracle._satisfies(obs.refs.get(t, t), task))
         return act if act is not None else self.oracle.act_one(slot, obs)

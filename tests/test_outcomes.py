@@ -1,0 +1,45 @@
+"""Per-goal outcomes and the paired bootstrap (hand-computed values)."""
+
+import pytest
+
+from dreamgym_pl.core import Task, Trajectory, Transition, Observation
+from dreamgym_pl.outcomes import paired_bootstrap, read_outcomes, write_outcomes
+from dreamgym_pl.run import CorruptFileError
+
+
+def _traj(tid: str, success: bool, reward: float) -> Trajectory:
+    task = Task(task_id=tid, instruction="x", goal={})
+    obs = Observation(text="s", admissible=[])
+    return Trajectory(task, [Transition(task, 0, obs, "a", obs, reward, True, info={"success": success})])
+
+
+def test_write_and_read_outcomes(tmp_path):
+    p = tmp_path / "eval" / "test_outcomes.jsonl"
+    write_outcomes(p, [_traj("g1", True, 1.0), _traj("g2", False, 0.5)])
+    assert read_outcomes(p) == {"g1": 1.0, "g2": 0.0}
+    assert read_outcomes(p, "score") == {"g1": 1.0, "g2": 0.5}
+    p.write_text('{"task_id": "g1", "success": 1}\nnot json\n')
+    with pytest.raises(CorruptFileError, match="test_outcomes.jsonl:2"):
+        read_outcomes(p)
+
+
+def test_paired_bootstrap_hand_values():
+    a = [{"g1": 0, "g2": 1, "g3": 0, "g4": 1}]  # one deterministic start, paired with every seed of B
+    b = [{"g1": 1, "g2": 1, "g3": 0, "g4": 1}, {"g1": 1, "g2": 1, "g3": 1, "g4": 1}]
+    mean, lo, hi = paired_bootstrap(a, b, n_boot=500)
+    assert mean == pytest.approx((1 + 2) / 8)  # per-goal differences: seed 0 [1,0,0,0], seed 1 [1,0,1,0]
+    assert 0 <= lo <= mean <= hi <= 1
+    same = paired_bootstrap(a, a)
+    assert same == (0.0, 0.0, 0.0)  # identical runs: no difference in any replicate
+    # a constant improvement on every goal and seed has a degenerate interval at that value
+    up = [{k: v + 0.5 for k, v in a[0].items()}] * 3
+    assert paired_bootstrap(a, up) == pytest.approx((0.5, 0.5, 0.5))
+    # only the goals every run holds are compared
+    assert paired_bootstrap([{"g1": 0, "x": 1}], [{"g1": 1}])[0] == 1.0
+
+
+def test_paired_bootstrap_refuses_unpairable_runs():
+    with pytest.raises(ValueError, match="pair by seed"):
+        paired_bootstrap([{"g": 0}] * 2, [{"g": 1}] * 3)
+    with pytest.raises(ValueError, match="no goal"):
+        paired_bootstrap([{"g": 0}], [{"h": 1}])

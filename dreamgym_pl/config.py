@@ -36,11 +36,21 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     env_name = _get(cfg, "env.name")
     _require(env_name in known_envs(), "env.name", f"unknown environment {env_name!r}; known: {known_envs()}")
     check_keys(cfg, ConfigError)  # one rule per key (dreamgym_pl/config_keys.py)
+
+    def require_agent(name: str, key: str, also: str = "") -> None:
+        """The env's module is imported only for a name outside the common three."""
+        if name not in SCRIPTED_AGENTS and name not in env_agents(env_name):
+            raise ConfigError(f"{key}: unknown scripted agent {name!r} for {env_name}; known: "
+                              f"{list(env_agents(env_name))}{also}")
+
     agents = _get(cfg, "collect.agents") or {}
-    offered = env_agents(env_name) if agents else SCRIPTED_AGENTS
     for name, n in agents.items():
-        _require(name in offered, f"collect.agents.{name}", f"unknown scripted agent for {env_name}; known: {list(offered)}")
+        require_agent(name, f"collect.agents.{name}")
         _require(isinstance(n, int) and n >= 0, f"collect.agents.{name}", f"episode count must be an integer >= 0, got {n!r}")
+    for key, extra in (("eval.agent", "policy"), ("sft.source", "all")):
+        value = _get(cfg, key)
+        if value is not None and value != extra:
+            require_agent(str(value), key, f" (or {extra})")
     engine = _get(cfg, "engine.name") or "hf"
     _require(engine in ("hf", "vllm"), "engine.name", f"must be hf or vllm, got {engine!r}")
     if engine == "vllm":  # fail before any work when vLLM or a GPU is missing

@@ -124,7 +124,6 @@ class Lazy(Rule):
         return self._words()
 
 
-SCRIPTED = ("oracle", "noisy_oracle", "random")
 DTYPES = ("float32", "bfloat16", "float16")
 PRECISIONS = ("32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "bf16-true", "16-true", "64-true", "64", 64)
 
@@ -140,7 +139,7 @@ RULES: dict[str, Rule] = {
     "collect.agents.*": NONNEG_INT,
     "collect.noisy_eps": PROB,
     "collect.batch_size": POS_INT,
-    "sft.source": one_of(*SCRIPTED, "all"),
+    "sft.source": TEXT,  # all or a scripted agent of the env: checked in config.validate (env_agents)
     "sft.num_trajectories": NONNEG_INT,
     "sft.max_steps": integer(),
     "sft.epochs": POS_INT,
@@ -216,7 +215,7 @@ RULES: dict[str, Rule] = {
     "curriculum.max_words": POS_INT,
     "curriculum.temperature": NONNEG,
     # ----- eval / rollout / prompt -------------------------------------------------------------
-    "eval.agent": one_of("policy", *SCRIPTED),
+    "eval.agent": TEXT,  # policy or a scripted agent of the env: checked in config.validate (env_agents)
     "eval.split": one_of("train", "val", "test"),
     "eval.num_goals": POS_INT,
     "eval.batch_size": POS_INT,

@@ -13,18 +13,18 @@ import random
 from pathlib import Path
 from typing import Sequence
 
-from dreamgym_pl.core import Trajectory
+from dreamgym_pl.core import Trajectory, write_jsonl
 from dreamgym_pl.run import CorruptFileError
 
 
-def write_outcomes(path: Path, trajs: Sequence[Trajectory]) -> None:
-    """One JSON line per episode: {"task_id", "success" (0/1), "score" (the final reward)}."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for t in trajs:
-            f.write(json.dumps({"task_id": t.task.task_id, "success": int(t.success), "score": t.final_reward}) + "\n")
-    tmp.replace(path)
+def outcome_rows(trajs: Sequence[Trajectory]) -> list[dict]:
+    """One row per episode: {"task_id", "success" (0/1), "score" (the final reward)}."""
+    return [{"task_id": t.task.task_id, "success": int(t.success), "score": t.final_reward} for t in trajs]
+
+
+def write_outcomes(path: Path, rows: Sequence[dict]) -> None:
+    """The rows as JSON lines (an atomic write)."""
+    write_jsonl(path, rows)
 
 
 def read_outcomes(path: Path, key: str = "success") -> dict[str, float]:
@@ -39,16 +39,24 @@ def read_outcomes(path: Path, key: str = "success") -> dict[str, float]:
     return out
 
 
+def common_goals(runs: Sequence[dict[str, float]]) -> list[str]:
+    """The goals every run was evaluated on, sorted."""
+    return sorted(set.intersection(*(set(r) for r in runs))) if runs else []
+
+
 def paired_bootstrap(a: Sequence[dict[str, float]], b: Sequence[dict[str, float]], n_boot: int = 2000,
                      seed: int = 0) -> tuple[float, float, float]:
     """(mean of B - A, 2.5th and 97.5th percentile) over the goals every run holds; `a`, `b`: one task -> value
-    mapping per seed (runs paired by position; a single run pairs with each run of the other side)."""
+    mapping per seed (runs paired by position; a single run pairs with each run of the other side). Each
+    replicate draws seeds and goals with replacement, the same goals for every seed and both sides."""
     if not a or not b:
         raise ValueError("paired_bootstrap needs at least one run on each side")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     n = max(len(a), len(b))
     if len(a) not in (1, n) or len(b) not in (1, n):
         raise ValueError(f"runs pair by seed: {len(a)} vs {len(b)} (one side may have a single run)")
-    goals = sorted(set.intersection(*(set(r) for r in list(a) + list(b))))
+    goals = common_goals(list(a) + list(b))
     if not goals:
         raise ValueError("no goal was evaluated by every run")
     diffs = [[b[s if len(b) > 1 else 0][g] - a[s if len(a) > 1 else 0][g] for g in goals] for s in range(n)]

@@ -34,7 +34,14 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from dreamgym_pl.pipeline import run_pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CURVE_KEY = "val/success_rate"  # the RL stages' curve (eval.curve_split: val)
+
+
+def curve_key(history: list[dict]) -> str:
+    """The RL stages' curve key in a history: val/success_rate (eval.curve_split=val) or test/success_rate."""
+    return next((k for k in ("val/success_rate", "test/success_rate") if any(k in x for x in history)),
+                "val/success_rate")
+
+
 PRE = "stages=[collect,sft"
 
 
@@ -171,7 +178,7 @@ def table(results: dict[str, list[dict]], out: Path, wall_s: float) -> None:
 
 
 def plots(results: dict[str, list[dict]], out: Path) -> None:
-    """success_vs_real.png (final test success against real transitions) and curves.png (val success on the
+    """success_vs_real.png (final test success against real transitions) and curves.png (the curve split's success on the
     curve goals against training iteration and against real transitions, seed 0 of each variant)."""
     try:
         import matplotlib
@@ -194,17 +201,19 @@ def plots(results: dict[str, list[dict]], out: Path) -> None:
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, rs in results.items():
-        h = [x for x in rs[0]["history"] if CURVE_KEY in x]
+        key = curve_key(rs[0]["history"])
+        split = key.split("/")[0]
+        h = [x for x in rs[0]["history"] if key in x]
         if not h:
             continue
-        steps = [i for i, x in enumerate(rs[0]["history"]) if CURVE_KEY in x]
-        axes[0].plot(steps, [x[CURVE_KEY] for x in h], marker="o", label=name)
+        steps = [i for i, x in enumerate(rs[0]["history"]) if key in x]
+        axes[0].plot(steps, [x[key] for x in h], marker="o", label=f"{name} ({split})")
         real = [x.get("budget/real_transitions", 0) if x["stage"] != "synthetic_rl" else 0 for x in h]
-        axes[1].plot(real, [x[CURVE_KEY] for x in h], marker="o", label=name)
-    axes[0].set(xlabel="RL iteration (synthetic, then real for S2R)", ylabel="val success (curve goals)",
-                title="val success vs training step")
-    axes[1].set(xlabel="real transitions consumed", ylabel="val success (curve goals)",
-                title="val success vs real transitions")
+        axes[1].plot(real, [x[key] for x in h], marker="o", label=f"{name} ({split})")
+    axes[0].set(xlabel="RL iteration (synthetic, then real for S2R)", ylabel="success (curve goals)",
+                title="greedy success vs training step")
+    axes[1].set(xlabel="real transitions consumed", ylabel="success (curve goals)",
+                title="greedy success vs real transitions")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=100)

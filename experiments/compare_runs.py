@@ -1,7 +1,7 @@
 """Method B against method A over the same goals and seeds: the mean difference of success (or score) with a 95%
 paired-bootstrap interval (goals and seeds resampled; `dreamgym_pl/outcomes.py`), from the runs' eval stages
-(`<run dir>/eval/<split>_outcomes.jsonl`). Runs pair by position; one run on a side (a deterministic start such
-as SFT) pairs with every run of the other.
+(`<run dir>/eval/<split>_outcomes.jsonl`). Runs pair by their `seed` (config.yaml); one run on a side (a
+deterministic start such as SFT) pairs with every run of the other.
 
     python experiments/compare_runs.py --a SFT_DIR --b RL_SEED0 RL_SEED1 RL_SEED2 [--split test] [--key success]
 """
@@ -14,7 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.outcomes import paired_bootstrap, read_outcomes  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from dreamgym_pl.outcomes import common_goals, paired_bootstrap, read_outcomes  # noqa: E402
 
 
 def main() -> None:
@@ -25,15 +27,29 @@ def main() -> None:
     ap.add_argument("--key", default="success", choices=["success", "score"])
     ap.add_argument("--n-boot", type=int, default=2000)
     args = ap.parse_args()
-    a = [read_outcomes(d / "eval" / f"{args.split}_outcomes.jsonl", args.key) for d in args.a]
-    b = [read_outcomes(d / "eval" / f"{args.split}_outcomes.jsonl", args.key) for d in args.b]
-    mean, lo, hi = paired_bootstrap(a, b, args.n_boot)
-    goals = len(set.intersection(*(set(r) for r in a + b)))
+    a, b = runs_by_seed(args.a, args.split, args.key), runs_by_seed(args.b, args.split, args.key)
+    if len(a) > 1 and len(b) > 1 and list(a) != list(b):
+        sys.exit(f"runs pair by seed: A has seeds {list(a)}, B has {list(b)}")
+    ra, rb = list(a.values()), list(b.values())
+    mean, lo, hi = paired_bootstrap(ra, rb, args.n_boot)
+    goals = common_goals(ra + rb)
     for name, runs in (("A", a), ("B", b)):
-        print(f"{name}: " + ", ".join(f"{sum(r.values()) / len(r):.3f}" for r in runs) + f" ({args.key}, per run)")
+        print(f"{name}: " + ", ".join(f"seed {s} {sum(r[g] for g in goals) / len(goals):.3f}" for s, r in runs.items())
+              + f" ({args.key} over the {len(goals)} common goals)")
     verdict = "above 0" if lo > 0 else "below 0" if hi < 0 else "contains 0: not shown"
-    print(f"B - A over {goals} goals x {max(len(a), len(b))} seeds: {mean:+.4f} (95% CI {lo:+.4f} .. {hi:+.4f}; {verdict})")
+    print(f"B - A over {len(goals)} goals x {max(len(a), len(b))} seeds: {mean:+.4f} "
+          f"(95% paired-bootstrap CI {lo:+.4f} .. {hi:+.4f}; {verdict})")
 
+
+def runs_by_seed(dirs: list[Path], split: str, key: str) -> dict[int, dict[str, float]]:
+    """seed (from each run's config.yaml) -> the run's per-goal outcomes, in seed order; a repeated seed fails."""
+    out: dict[int, dict[str, float]] = {}
+    for d in dirs:
+        seed = int(OmegaConf.load(d / "config.yaml").get("seed", 0))
+        if seed in out:
+            sys.exit(f"{d}: seed {seed} given twice on one side")
+        out[seed] = read_outcomes(d / "eval" / f"{split}_outcomes.jsonl", key)
+    return dict(sorted(out.items()))
 
 if __name__ == "__main__":
     main()

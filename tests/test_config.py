@@ -45,10 +45,11 @@ def test_bad_values_name_the_key(override, key, tmp_path):
 
 
 def test_env_specific_agent_is_checked_against_the_env(tmp_path):
-    validate(compose(["+collect.agents.near_miss=5"]), tmp_path)  # WebShop offers the near-miss buyer
-    cfg = compose(["env=textworld", "+collect.agents.near_miss=5"])
-    with pytest.raises(ConfigError, match="^collect.agents.near_miss:.*textworld"):
-        validate(cfg, tmp_path)
+    validate(compose(["+collect.agents.near_miss=5", "eval.agent=near_miss", "sft.source=near_miss"]), tmp_path)
+    for override, key in (("+collect.agents.near_miss=5", "collect.agents.near_miss"), ("eval.agent=near_miss", "eval.agent"),
+                          ("sft.source=near_miss", "sft.source")):
+        with pytest.raises(ConfigError, match=f"^{key}:.*textworld"):  # WebShop's own agent, not TextWorld's
+            validate(compose(["env=textworld", override]), tmp_path)
 
 
 def test_unknown_env_name(tmp_path):

@@ -1,6 +1,6 @@
-"""Data-parallel training on CPU: 2 processes (torchrun, gloo) run the real-env RL stage and the synthetic RL
-stage; both ranks must end with identical weights, split the rollouts (no task rolled out twice in an
-iteration), and merge budget counters and the replay buffer."""
+"""Data-parallel training on CPU: 2 processes (torchrun, gloo) run the real-env RL stage, the synthetic RL
+stage and eval; both ranks must end with identical weights, split the rollouts (no task rolled out twice in an
+iteration), and merge budget counters, the replay buffer and eval's per-goal outcomes."""
 
 import json
 import os
@@ -31,7 +31,7 @@ def test_ddp_two_cpu_processes(start, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(ROOT / "experiments" / "run.py"), "trainer=ddp_cpu", "resume=true", f"hydra.run.dir={d}",
-           "stages=[collect,sft,experience,rl,synthetic_rl]", *TINY, *EXP, *DDP]
+           "stages=[collect,sft,experience,rl,synthetic_rl,eval]", *TINY, *EXP, *DDP]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     m = json.loads((d / "metrics.json").read_text())
@@ -59,7 +59,12 @@ def test_ddp_two_cpu_processes(start, tmp_path):
     tags = [it.info.get("rank") for it, src in zip(buf.items, buf.sources) if src == "synthetic"]
     assert tags.count(0) == s0["own_unique"]  # rank 0's transitions, each once
     assert tags.count(1) <= s1["own_unique"]  # rank 1's, each at most once (minus exact duplicates of rank 0's)
-    assert json.loads((d / "stages.json").read_text())["completed"][-2:] == ["rl", "synthetic_rl"]
+    assert json.loads((d / "stages.json").read_text())["completed"][-3:] == ["rl", "synthetic_rl", "eval"]
+    # eval: both ranks' episodes in one outcomes file, each goal once, consistent with the summed success
+    rows = [json.loads(line) for line in (d / "eval" / "test_outcomes.jsonl").read_text().splitlines()]
+    assert len(rows) == len({r["task_id"] for r in rows}) == m["eval/num_goals"]
+    assert sum(r["success"] for r in rows) / len(rows) == pytest.approx(m["eval/success_rate"])
+    assert not list((d / "eval").glob("*rank*"))
 
 
 def _sync_worker(rank: int, world: int, init: str, out: str) -> None:

@@ -3,7 +3,7 @@
 import pytest
 
 from dreamgym_pl.core import Task, Trajectory, Transition, Observation
-from dreamgym_pl.outcomes import paired_bootstrap, read_outcomes, write_outcomes
+from dreamgym_pl.outcomes import outcome_rows, paired_bootstrap, read_outcomes, write_outcomes
 from dreamgym_pl.run import CorruptFileError
 
 
@@ -15,7 +15,7 @@ def _traj(tid: str, success: bool, reward: float) -> Trajectory:
 
 def test_write_and_read_outcomes(tmp_path):
     p = tmp_path / "eval" / "test_outcomes.jsonl"
-    write_outcomes(p, [_traj("g1", True, 1.0), _traj("g2", False, 0.5)])
+    write_outcomes(p, outcome_rows([_traj("g1", True, 1.0), _traj("g2", False, 0.5)]))
     assert read_outcomes(p) == {"g1": 1.0, "g2": 0.0}
     assert read_outcomes(p, "score") == {"g1": 1.0, "g2": 0.5}
     p.write_text('{"task_id": "g1", "success": 1}\nnot json\n')
@@ -38,8 +38,20 @@ def test_paired_bootstrap_hand_values():
     assert paired_bootstrap([{"g1": 0, "x": 1}], [{"g1": 1}])[0] == 1.0
 
 
+def test_paired_bootstrap_resamples_seeds_and_goals():
+    zeros = {f"g{i}": 0 for i in range(4)}
+    # differences constant over goals, 1 for one seed and 0 for the other: only resampling seeds spreads them,
+    # and a replicate that draws the same seed twice reaches each end exactly
+    assert paired_bootstrap([zeros], [{g: 1 for g in zeros}, zeros], n_boot=400) == pytest.approx((0.5, 0.0, 1.0))
+    # one seed, goal differences [1, 0, 0, 0]: only resampling goals spreads them (0 to 3 of 4 draws hit g0)
+    mean, lo, hi = paired_bootstrap([zeros], [{**zeros, "g0": 1}], n_boot=2000)
+    assert (mean, lo, hi) == pytest.approx((0.25, 0.0, 0.75))
+
+
 def test_paired_bootstrap_refuses_unpairable_runs():
     with pytest.raises(ValueError, match="pair by seed"):
         paired_bootstrap([{"g": 0}] * 2, [{"g": 1}] * 3)
     with pytest.raises(ValueError, match="no goal"):
         paired_bootstrap([{"g": 0}], [{"h": 1}])
+    with pytest.raises(ValueError, match="n_boot"):
+        paired_bootstrap([{"g": 0}], [{"g": 1}], n_boot=0)

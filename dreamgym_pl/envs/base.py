@@ -84,7 +84,7 @@ class Environment(ABC):
     @abstractmethod
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
         """A batched actor for offline data and reference evaluations: oracle, noisy_oracle (a random action
-        with probability eps) or random."""
+        with probability eps), random, or an agent of the env's own declared with `register(..., scripted_agents=)`."""
 
     @abstractmethod
     def explain(self, t: Transition) -> str:
@@ -242,10 +242,16 @@ def register(name: str, scripted_agents: Sequence[str] = SCRIPTED_AGENTS):
     return deco
 
 
-def env_agents(name: str) -> tuple[str, ...]:
-    """The scripted agents environment `name` offers (`collect.agents` is checked against them before work)."""
+def _ensure_loaded(name: str) -> None:
+    """Import a built-in environment's module (it registers itself) the first time it is asked for."""
     if name not in _REGISTRY and name in BUILTIN_ENVS:
         importlib.import_module(BUILTIN_ENVS[name])
+
+
+def env_agents(name: str) -> tuple[str, ...]:
+    """The scripted agents environment `name` offers (`collect.agents`, `eval.agent` and `sft.source` are checked
+    against them before work)."""
+    _ensure_loaded(name)
     return _AGENTS.get(name, SCRIPTED_AGENTS)
 
 
@@ -254,8 +260,7 @@ def known_envs() -> list[str]:
 
 
 def make_vec_env(name: str, **kwargs: Any) -> Environment:
-    if name not in _REGISTRY and name in BUILTIN_ENVS:
-        importlib.import_module(BUILTIN_ENVS[name])
+    _ensure_loaded(name)
     if name not in _REGISTRY:
         raise KeyError(f"env.name: unknown environment {name!r}; known: {known_envs()}")
     env = _REGISTRY[name](**kwargs)

@@ -80,7 +80,7 @@ def predict_last_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], de
 
 
 def judge_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], buffer: ReplayBuffer | None,
-                fmt: ExperienceFormat, max_steps: int = 200, reward_tol: float = 0.05,
+                fmt: ExperienceFormat, max_steps: int | None = 200, reward_tol: float = 0.05,
                 max_new_tokens: int = 200) -> dict[str, float]:
     from dreamgym_pl.experience.module import demos_for
 

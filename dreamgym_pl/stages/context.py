@@ -15,7 +15,7 @@ from dreamgym_pl.agents import make_agent
 from dreamgym_pl.core import Trajectory, Transition, group_trajectories, read_jsonl
 from dreamgym_pl.envs.base import make_vec_env
 from dreamgym_pl.experience import format as experience_format
-from dreamgym_pl.outcomes import write_outcomes
+from dreamgym_pl.outcomes import outcome_rows, write_outcomes
 from dreamgym_pl.rollout.collector import run_episodes
 from dreamgym_pl.rollout.prompts import PROMPT_WORDS, PromptConfig
 from dreamgym_pl.run import atomic_write_json, read_json, reading
@@ -180,8 +180,8 @@ class Run:
                  outcomes: Path | None = None) -> dict[str, float]:
         """The greedy policy on the first `num_goals` (default `eval.num_goals`) tasks of `split` (default
         `eval.split`), one episode each. Under data parallelism each rank plays its share and the counts are summed.
-        `outcomes`: each episode's task id, success and score also go to this JSONL file (one file per rank
-        under data parallelism: `<stem>_rank<r>.jsonl`), for paired comparisons of runs over goals."""
+        `outcomes`: each episode's task id, success and score (all ranks') also go to this JSONL file, for paired
+        comparisons of runs over goals."""
         from dreamgym_pl.rollout.actor import policy_actor
         from dreamgym_pl.rollout.collector import episode_sums, stats_from_sums
 
@@ -191,9 +191,10 @@ class Run:
         actor = policy_actor(engine, self.prompt_cfg, self.env, 0.0, self.cfg.algo.max_new_tokens)
         trajs = run_episodes(self.env, tasks, actor, batch_size=self.cfg.eval.batch_size, source="eval",
                              progress=progress) if tasks else []
-        if outcomes is not None:
-            write_outcomes(outcomes if dist.world() == 1 else
-                           outcomes.with_name(f"{outcomes.stem}_rank{dist.rank()}.jsonl"), trajs)
+        if outcomes is not None:  # every rank's episodes, one file written by rank 0
+            rows = [r for part in dist.all_gather_objects(outcome_rows(trajs)) for r in part]
+            if dist.is_main():
+                write_outcomes(outcomes, rows)
         return stats_from_sums(dist.all_sum(episode_sums(trajs)))
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 
+from dreamgym_pl import dist
 from dreamgym_pl.agents import make_agent
-from dreamgym_pl.outcomes import write_outcomes
+from dreamgym_pl.outcomes import outcome_rows, write_outcomes
 from dreamgym_pl.rollout.collector import episode_stats, run_episodes
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.policy import val_metrics
@@ -28,7 +29,8 @@ def run_stage(run: Run) -> None:
         agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps, env=run.env)
         trajs = run_episodes(run.env, tasks, agent, batch_size=cfg.batch_size, source=cfg.agent,
                              progress=f"eval {cfg.agent}")
-        write_outcomes(outcomes, trajs)
+        if dist.is_main():  # every rank plays all goals with a scripted agent
+            write_outcomes(outcomes, outcome_rows(trajs))
         res = episode_stats(trajs)
     run.record({**val, "eval/success_rate": res["success_rate"], "eval/mean_score": res["mean_score"],
                 "eval/invalid_action_rate": res["invalid_action_rate"], "eval/num_goals": len(tasks)})

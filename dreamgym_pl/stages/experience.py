@@ -260,8 +260,8 @@ def run_stage(run: Run) -> None:
     ending_res = ending_training(run, module.model, tok, trajs, fmt, buffer, train_dl.dataset)
     rel = run.save_policy(module.model, tok, "experience")
     # whole held-out trajectories in a seeded random order: in collection order the judged steps were the oracle's
-    res = judge_steps(run.engine_for("experience", module.model, tok),
-                      bounded_trajectories(held_out, e.judge_steps, run.cfg.seed), buffer, fmt, e.judge_steps,
+    judged = bounded_trajectories(held_out, e.judge_steps, run.cfg.seed) if e.judge_steps > 0 else []
+    res = judge_steps(run.engine_for("experience", module.model, tok), judged, buffer, fmt, None,
                       max_new_tokens=e.max_new_tokens)
     res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt))
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL

@@ -80,7 +80,8 @@ def option_matches(purchased_options: Iterable[str], goal_options: Iterable[str]
     return sum(1 for g in goal_options if any(fuzz.token_set_ratio(x, g.lower()) > 85 for x in p))
 
 
-def _goal_option_values(goal: dict[str, Any]) -> list[str]:
+def goal_option_values(goal: dict[str, Any]) -> list[str]:
+    """The goal's wanted option values (goal_options may be a dict or a list)."""
     go = goal.get("goal_options", [])
     return list(go.values()) if isinstance(go, dict) else list(go)
 
@@ -88,7 +89,7 @@ def _goal_option_values(goal: dict[str, Any]) -> list[str]:
 def purchase_reward(purchased: dict[str, Any], selected_options: Iterable[str], goal: dict[str, Any]) -> dict[str, float]:
     """The full reward and its parts for buying `purchased` with `selected_options` against `goal`."""
     goal_attrs = goal.get("attributes", [])
-    goal_opts = _goal_option_values(goal)
+    goal_opts = goal_option_values(goal)
     n_attr = attribute_matches(purchased, goal_attrs)
     n_opt = option_matches(selected_options, goal_opts)
     price_ok = 1.0 if float(purchased.get("Price", 0.0)) <= float(goal.get("price_upper", float("inf"))) else 0.0

@@ -22,8 +22,9 @@ from dreamgym_pl.replay.embed import HashingEmbedder
 from tests.conftest import ROOT
 from tests.test_resume import ARGS
 
-# step checkpoints every 2 steps; more random-agent episodes, so that collect lasts long enough to be killed in
-STORM = ["checkpoint_steps=2", "collect.agents.random=200"]
+# step checkpoints every 2 steps; more random-agent episodes, so that collect lasts long enough to be killed in,
+# and more eval goals, so that eval does too (with 8 goals it took ~0.5 s and a kill could land after it ended)
+STORM = ["checkpoint_steps=2", "collect.agents.random=200", "eval.num_goals=48"]
 STAGES = ["collect", "sft", "experience", "synthetic_rl", "s2r", "eval"]
 KILLS = {"collect": 3, "sft": 4, "experience": 4, "synthetic_rl": 4, "s2r": 3, "eval": 3}  # 21 in all
 WALL_CLOCK = ("seconds", "per_s", "overhead_share", "tokens_per_s")

@@ -4,8 +4,12 @@ options, price; a purchase can fail on several). `--agent` plays a scripted agen
 `--judge` also has the run's experience model judge every purchase (greedy, prompts as in training: the real
 history, retrieval under replay.exclude) and prints, per class, how many it calls a success.
 
+`--split val|test` plays the first N goals of that split instead; `--greedy` plays the policy as eval does
+(temperature 0). Also printed: which result position each purchase's product was clicked at (`item 1` ...), and
+how many truncated episodes ended repeating an invalid action.
+
     python experiments/webshop_failed_purchases.py --run-dir D [--policy sft] [--agent NAME] [--judge]
-        [--tasks 100] [--rollouts-per-task 4]
+        [--tasks 100] [--rollouts-per-task 4] [--split val --greedy]
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +50,21 @@ def failed_parts(info: dict) -> list[str]:
     return parts
 
 
+def bought_position(traj) -> str:
+    """The result handle (e.g. `item 1`) of the last product clicked before a purchase ('' if none)."""
+    for t in reversed(traj.transitions):
+        m = re.fullmatch(r"\s*click\s*\[\s*(item\s+\d+)\s*\]\s*", t.action.lower())
+        if m and not t.info.get("invalid"):
+            return " ".join(m.group(1).split())
+    return ""
+
+
+def invalid_loop(traj, n: int = 3) -> bool:
+    """Whether the episode's last n actions were the same invalid action."""
+    last = traj.transitions[-n:]
+    return len(last) == n and all(t.info.get("invalid") for t in last) and len({t.action for t in last}) == 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True)
@@ -54,18 +74,24 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--agent", default=None, help="a scripted agent of the env instead of the policy (e.g. near_miss)")
     ap.add_argument("--judge", action="store_true", help="the run's experience model judges every purchase")
+    ap.add_argument("--split", default=None, choices=["train", "val", "test"],
+                    help="the first --tasks goals of this split (default: random unseen train tasks)")
+    ap.add_argument("--greedy", action="store_true", help="play the policy greedily (as eval does)")
     args, overrides = ap.parse_known_args()
     d = Path(args.run_dir)
     run = Run(run_config(d, overrides), d)
-    tasks = random.Random(args.seed).sample(unseen_train_tasks(run), args.tasks)
+    if args.split:
+        tasks = run.env.tasks(args.split)[: args.tasks]
+    else:
+        tasks = random.Random(args.seed).sample(unseen_train_tasks(run), args.tasks)
     if args.agent:
         actor, who = make_agent(args.agent, seed=args.seed, eps=run.cfg.collect.noisy_eps, env=run.env), args.agent
     else:
         policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
         algo = algorithm(run)
-        actor = policy_actor(HFEngine(policy, tok, micro_batch=64), run.prompt_cfg, run.env, algo.cfg.temperature,
-                             algo.cfg.max_new_tokens, algo.cfg.top_p)
-        who = f"policy {args.policy}"
+        actor = policy_actor(HFEngine(policy, tok, micro_batch=64), run.prompt_cfg, run.env,
+                             0.0 if args.greedy else algo.cfg.temperature, algo.cfg.max_new_tokens, algo.cfg.top_p)
+        who = f"policy {args.policy}" + (" (greedy)" if args.greedy else "")
     torch.manual_seed(args.seed)
     real = run_episodes(run.env, [t for t in tasks for _ in range(args.rollouts_per_task)], actor, batch_size=64)
     combos, parts = collections.Counter(), collections.Counter()
@@ -87,6 +113,12 @@ def main() -> None:
     for k, v in combos.most_common():
         print(f"{v:5d}  {k}" + (f"   judged success by the experience model: {judged[k]}/{v}" if k in judged else ""))
     print("failed purchases missing each part:", dict(parts))
+    pos = {lab: collections.Counter(bought_position(t) for t, l in zip(real, labels) if l == lab)
+           for lab in ("success", "failed")}
+    pos["failed"] = collections.Counter(bought_position(t) for t, l in zip(real, labels) if l.startswith("failed"))
+    print("result position of the product bought:", {k: dict(v.most_common()) for k, v in pos.items()})
+    stuck = [t for t, lab in zip(real, labels) if lab == "no purchase"]
+    print(f"no purchase: {sum(invalid_loop(t) for t in stuck)}/{len(stuck)} ended repeating one invalid action")
 
 
 def judge_purchases(run: Run, d: Path, real: list, labels: list[str]) -> dict[str, int]:

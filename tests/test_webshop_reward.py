@@ -75,7 +75,7 @@ def test_type_reward_multiplies():
     assert purchase_reward(p, ["red"], GOAL)["reward"] == 0.0
 
 
-def test_failed_purchase_parts_hand_computed():
+def _failed_purchases_module():
     import importlib.util
     from pathlib import Path
 
@@ -83,6 +83,30 @@ def test_failed_purchase_parts_hand_computed():
     spec = importlib.util.spec_from_file_location("webshop_failed_purchases", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bought_position_and_invalid_loop_hand_cases():
+    from types import SimpleNamespace as NS
+
+    mod = _failed_purchases_module()
+
+    def traj(*steps):
+        return NS(transitions=[NS(action=a, info={"invalid": bad}) for a, bad in steps])
+
+    # item 1 clicked, back to the results, item 3 clicked (an invalid click[item 2] in between is not a click)
+    t = traj(("search[red mug]", False), ("click[item 1]", False), ("click[< prev]", False),
+             ("click[item 2]", True), ("click[ item 3 ]", False), ("click[buy now]", False))
+    assert mod.bought_position(t) == "item 3"
+    assert mod.bought_position(traj(("search[x]", False))) == ""
+    assert mod.invalid_loop(traj(("a", False), ("click[x]", True), ("click[x]", True), ("click[x]", True)))
+    assert not mod.invalid_loop(traj(("click[y]", True), ("click[x]", True), ("click[x]", True)))  # two actions
+    assert not mod.invalid_loop(traj(("click[x]", True), ("click[x]", False), ("click[x]", True)))  # one valid
+    assert not mod.invalid_loop(traj(("click[x]", True), ("click[x]", True)))  # shorter than n
+
+
+def test_failed_purchase_parts_hand_computed():
+    mod = _failed_purchases_module()
     ok = {"r_type": 1.0, "n_attr_match": 2, "n_attrs": 2, "n_option_match": 1, "n_options": 1, "r_price": 1.0}
     assert mod.failed_parts(ok) == []
     assert mod.failed_parts({**ok, "r_type": 0.5, "n_option_match": 0, "r_price": 0.0}) == ["type", "options", "price"]

@@ -13,7 +13,8 @@ TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.
         "env.num_products=100", "env.num_test=50", "env.num_val=20", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
         "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8", "eval.val_goals=4",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
-        "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false"]
+        "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false",
+        "sft.copy_steps=2", "sft.copy_length=8"]
 
 
 def test_collect_and_oracle_eval(tmp_path):
@@ -42,6 +43,7 @@ def test_grpo_pipeline_tiny(tmp_path):
         assert 0.0 <= m[f"{stage}/val_success_rate"] <= 1.0 and m[f"{stage}/val_num_goals"] == 4
         assert m[f"{stage}/val_mean_score"] >= m[f"{stage}/val_success_rate"]
     assert m["rl/real_transitions"] >= 60
+    assert m["sft/copy_loss"] > 0 and (tmp_path / "checkpoints" / "sft" / "copy_start.json").exists()  # warm start
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
         + m["rl/real_transitions"]
     assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()
@@ -61,8 +63,10 @@ EXP = ["experience.onpolicy_episodes=4", "experience.max_transitions=150", "expe
 
 def test_s2r_pipeline_tiny(tmp_path):
     """The main preset end to end: collect -> sft -> experience -> synthetic_rl (+curriculum) -> s2r -> eval."""
-    m = run_pipeline(compose(["conf=webshop_s2r", *TINY, *EXP, "curriculum.lambda_=0.5", "curriculum.min_variance=0.01"]),
+    m = run_pipeline(compose(["conf=webshop_s2r", *TINY, *EXP, "curriculum.lambda_=0.5", "curriculum.min_variance=0.01",
+                              "experience.copy_steps=2", "experience.copy_examples=4", "experience.copy_length=8"]),
                      tmp_path)
+    assert m["experience/copy_loss"] > 0 and m["experience/copy_examples"] == 4  # the experience model's copy warm start
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput

@@ -72,7 +72,7 @@ def ending_phase(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: A
         return {}
     rng = random.Random(seed)
     batches = shuffled_batches(lambda: ending_mix(endings, regular, rng), batch_size, tokenizer.pad_token_id, seed)
-    losses = adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, "the ending-step training", log_every=100)
+    losses = adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, "experience: the ending-step training", log_every=100)
     tail = losses[-min(50, len(losses)):]
     return {"experience/ending_failed": float(len(failed)), "experience/ending_successful": float(len(successful)),
             "experience/ending_loss": sum(tail) / len(tail)}

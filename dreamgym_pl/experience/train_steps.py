@@ -46,7 +46,7 @@ def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: i
             opt.step()
             out.append(float(loss.detach()))
             if log_every and step % log_every == 0:
-                log.info("experience: %s step %d/%d, loss %.3f", what, step, steps, sum(out[-log_every:]) / log_every)
+                log.info("%s: step %d/%d, loss %.3f", what, step, steps, sum(out[-log_every:]) / log_every)
     opt.zero_grad(set_to_none=True)
     model.train(was_training)
     return out

@@ -18,8 +18,10 @@ from dreamgym_pl.policy.samples import StepSample
 from dreamgym_pl.run import reading
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
+from dreamgym_pl.stages.copy_start import copy_pool, copy_warm_start
 
 log = logging.getLogger("dreamgym_pl")
+COPY_SEP = "predict :"  # the experience model's copy examples end their prompt as its prompts do
 
 
 def experience_format(run: Run) -> ExperienceFormat:
@@ -69,15 +71,6 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     return out
 
 
-def copy_pool(run: Run, tok: Any, trajs: list) -> tuple[list[int], list[int]]:
-    """(the offline text's distinct token ids, the copy examples' separator ids)."""
-    from dreamgym_pl.experience.copying import token_pool
-
-    texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
-    pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
-    return pool, tok("predict :", add_special_tokens=False)["input_ids"]
-
-
 def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
     """`experience.copy_examples` sequences of the offline text's tokens in random order, to be repeated verbatim,
     mixed into the experience data (`experience/copying.py`)."""
@@ -86,27 +79,8 @@ def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
     e = run.cfg.experience
     if e.copy_examples <= 0:
         return []
-    pool, sep = copy_pool(run, tok, trajs)
+    pool, sep = copy_pool(tok, trajs, COPY_SEP)
     return copy_examples(pool, e.copy_examples, 4, e.copy_length, sep, tok.eos_token_id, random.Random(run.cfg.seed + 3))
-
-
-def copy_warm_start(run: Run, model: Any, tok: Any, trajs: list) -> dict[str, float]:
-    """`experience.copy_steps` steps on copy examples before the experience data (`experience/copying.py`), unless
-    a resumed training has a step checkpoint (its weights replace these) -> experience/copy_*."""
-    import time
-
-    from dreamgym_pl.experience.copying import copy_warmup
-    from dreamgym_pl.stages.resume import step_store
-
-    e = run.cfg.experience
-    if e.copy_steps <= 0 or (run.cfg.resume and step_store(run, "experience").current() is not None):
-        return {}
-    pool, sep = copy_pool(run, tok, trajs)
-    t0 = time.time()
-    losses = copy_warmup(model, pool, e.copy_steps, e.batch_size * 2, e.lr, e.copy_length, sep, tok.eos_token_id,
-                         tok.pad_token_id, run.cfg.seed + 4, e.warmup_steps, e.grad_clip, log_every=250)
-    tail = losses[-min(50, len(losses)):]
-    return {"experience/copy_loss": sum(tail) / len(tail), "experience/copy_seconds": time.time() - t0}
 
 
 def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: ExperienceFormat, buffer: Any,
@@ -237,7 +211,8 @@ def run_stage(run: Run) -> None:
     trajs = scripted + [tr for tr in trajs if tr.source == "policy"]
     model, tok = experience_model(run)
     fmt = experience_format(run)
-    copy_res = copy_warm_start(run, model, tok, trajs)
+    copy_res = copy_warm_start(run, "experience", model, tok, trajs, e.copy_steps, e.batch_size * 2, e.lr,
+                               e.copy_length, COPY_SEP, run.cfg.seed + 4, e.warmup_steps, e.grad_clip)
     gen_examples = task_generation_examples(run, tok)
     copies = copy_training_examples(run, tok, trajs)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,

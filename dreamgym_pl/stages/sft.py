@@ -6,6 +6,7 @@ from dreamgym_pl.core import Trajectory
 from dreamgym_pl.policy.algos.sft import SFT, sft_loader
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.stages.context import Run
+from dreamgym_pl.stages.copy_start import copy_warm_start
 from dreamgym_pl.stages.policy import finish_policy_stage
 from dreamgym_pl.stages.resume import fit
 
@@ -20,8 +21,13 @@ def sft_trajectories(run: Run) -> list[Trajectory]:
 def run_stage(run: Run) -> None:
     c = run.cfg.sft
     model, tok = run.load_policy()
+    copy_res = {}
+    if run.cfg.model.name_or_path == "tiny":  # a pretrained model copies already (sft.copy_steps: model=tiny only)
+        copy_res = copy_warm_start(run, "sft", model, tok, run.offline_trajectories(), c.copy_steps, c.batch_size, c.lr,
+                                   c.copy_length, "action :", run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
     trajs = sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
     fit(run, "sft", module, loader, max_steps=c.max_steps, epochs=c.epochs, gradient_clip_val=c.grad_clip)
-    finish_policy_stage(run, "sft", module, {"sft/trajectories": len(trajs), "sft/samples": len(loader.dataset)})
+    finish_policy_stage(run, "sft", module, {**copy_res, "sft/trajectories": len(trajs),
+                                           "sft/samples": len(loader.dataset)})

@@ -1,0 +1,52 @@
+"""The copy warm start of a tiny model, shared by the sft stage (the policy: `sft.copy_steps`) and the experience
+stage (`experience.copy_steps`): AdamW steps on copy examples (`experience/copying.py`: the offline text's distinct
+tokens in random order, repeated verbatim) before the stage's own data.
+
+A pretrained LLM brings the ability to copy spans of its prompt; a tiny model trained from scratch on a few hundred
+trajectories does not learn it and answers with a typical text instead (the policy searched `honey` for a `dark
+chocolate` task; README "Results"). The warm start stands in for that part of pretraining: the examples carry no
+task, goal or outcome, only the vocabulary that the run's tokenizer already holds."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dreamgym_pl import dist
+from dreamgym_pl.run import atomic_write_json, read_json
+from dreamgym_pl.stages.context import Run
+
+
+def copy_pool(tok: Any, trajs: list, sep_text: str) -> tuple[list[int], list[int]]:
+    """(the distinct token ids of the trajectories' instructions and states, the ids of `sep_text`)."""
+    from dreamgym_pl.experience.copying import token_pool
+
+    texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
+    pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
+    return pool, tok(sep_text, add_special_tokens=False)["input_ids"]
+
+
+def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, steps: int, batch_size: int, lr: float,
+                    max_len: int, sep_text: str, seed: int, warmup_steps: int, grad_clip: float | None
+                    ) -> dict[str, float]:
+    """`steps` copy steps of `model` before `stage`'s own training -> <stage>/copy_loss (mean of the last 50 steps),
+    <stage>/copy_seconds, also kept in checkpoints/<stage>/copy_start.json. A resumed training of the stage with a
+    step checkpoint skips them (its weights replace these) and returns the kept numbers."""
+    from dreamgym_pl.experience.copying import copy_warmup
+    from dreamgym_pl.stages.resume import step_store
+
+    if steps <= 0:
+        return {}
+    kept = run.dir / "checkpoints" / stage / "copy_start.json"
+    if run.cfg.resume and step_store(run, stage).current() is not None:
+        return read_json(kept, f"rerun with resume=false, or delete checkpoints/{stage}/resume (the stage starts "
+                               f"over)") if kept.exists() else {}
+    pool, sep = copy_pool(tok, trajs, sep_text)
+    t0 = time.time()
+    losses = copy_warmup(model, pool, steps, batch_size, lr, max_len, sep, tok.eos_token_id, tok.pad_token_id, seed,
+                         warmup_steps, grad_clip, log_every=250, what=f"{stage}: the copy warm start")
+    tail = losses[-min(50, len(losses)):]
+    res = {f"{stage}/copy_loss": sum(tail) / len(tail), f"{stage}/copy_seconds": time.time() - t0}
+    if dist.is_main():
+        atomic_write_json(kept, res)
+    return res

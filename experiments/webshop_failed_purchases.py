@@ -113,9 +113,8 @@ def main() -> None:
     for k, v in combos.most_common():
         print(f"{v:5d}  {k}" + (f"   judged success by the experience model: {judged[k]}/{v}" if k in judged else ""))
     print("failed purchases missing each part:", dict(parts))
-    pos = {lab: collections.Counter(bought_position(t) for t, l in zip(real, labels) if l == lab)
-           for lab in ("success", "failed")}
-    pos["failed"] = collections.Counter(bought_position(t) for t, l in zip(real, labels) if l.startswith("failed"))
+    pos = {"success": collections.Counter(bought_position(t) for t, lab in zip(real, labels) if lab == "success"),
+           "failed": collections.Counter(bought_position(t) for t, lab in zip(real, labels) if lab.startswith("failed"))}
     print("result position of the product bought:", {k: dict(v.most_common()) for k, v in pos.items()})
     stuck = [t for t, lab in zip(real, labels) if lab == "no purchase"]
     print(f"no purchase: {sum(invalid_loop(t) for t in stuck)}/{len(stuck)} ended repeating one invalid action")

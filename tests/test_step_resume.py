@@ -48,3 +48,4 @@ def test_crash_inside_a_stage_then_resume(tmp_path, stage, at):
     a, b = _weights(ref / "checkpoints" / stage), _weights(d / "checkpoints" / stage)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert m["sft/samples"] == m_ref["sft/samples"] and m.get("dpo/pairs") == m_ref.get("dpo/pairs")
+    assert m.get("sft/copy_loss") == m_ref.get("sft/copy_loss")  # the copy warm start's result, kept for a resume

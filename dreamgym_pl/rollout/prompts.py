@@ -19,6 +19,7 @@ from dreamgym_pl.rollout.sampling import cut_at_stop
 THINK_INSTRUCTION = "Think step by step inside <think> </think>, then give one admissible action inside <action> </action>."
 # the words of the agent prompt's frame (the tiny tokenizer is trained on them)
 PROMPT_WORDS = "<think> </think> <action> </action> task : did : seen : observation : admissible : action :"
+ACTION_CUE = "action :"  # the agent prompt's last line: the model writes the action after it
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 
 
@@ -60,7 +61,7 @@ def build_prompt(task: Task, history: Sequence[tuple[str, str]], obs: Observatio
     parts.append(f"observation : {truncate_words(obs.text, cfg.max_obs_words)}")
     if cfg.show_admissible and obs.admissible:
         parts.append("admissible : " + " , ".join(obs.admissible))
-    parts.append("action :")
+    parts.append(ACTION_CUE)
     return " \n".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""The copy warm start of a tiny model, shared by the sft stage (the policy: `sft.copy_steps`) and the experience
+"""The copy warm start of a model trained from scratch, shared by the sft stage (the policy: `sft.copy_steps`) and the experience
 stage (`experience.copy_steps`): AdamW steps on copy examples (`experience/copying.py`: the offline text's distinct
 tokens in random order, repeated verbatim) before the stage's own data.
 
@@ -9,12 +9,15 @@ task, goal or outcome, only the vocabulary that the run's tokenizer already hold
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from dreamgym_pl import dist
 from dreamgym_pl.run import atomic_write_json, read_json
 from dreamgym_pl.stages.context import Run
+
+log = logging.getLogger("dreamgym_pl")
 
 
 def copy_pool(tok: Any, trajs: list, sep_text: str) -> tuple[list[int], list[int]]:
@@ -33,14 +36,17 @@ def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, ste
     <stage>/copy_seconds, also kept in checkpoints/<stage>/copy_start.json. A resumed training of the stage with a
     step checkpoint skips them (its weights replace these) and returns the kept numbers."""
     from dreamgym_pl.experience.copying import copy_warmup
-    from dreamgym_pl.stages.resume import step_store
+    from dreamgym_pl.stages.resume import resumes_from_step
 
     if steps <= 0:
         return {}
     kept = run.dir / "checkpoints" / stage / "copy_start.json"
-    if run.cfg.resume and step_store(run, stage).current() is not None:
-        return read_json(kept, f"rerun with resume=false, or delete checkpoints/{stage}/resume (the stage starts "
-                               f"over)") if kept.exists() else {}
+    if resumes_from_step(run, stage):
+        if not kept.exists():
+            log.warning("%s: resumed from a step checkpoint without %s (written by an older version): the copy "
+                        "warm start's metrics are not reported", stage, kept)
+            return {}
+        return read_json(kept, f"rerun with resume=false, or delete checkpoints/{stage}/resume (the stage starts over)")
     pool, sep = copy_pool(tok, trajs, sep_text)
     t0 = time.time()
     losses = copy_warmup(model, pool, steps, batch_size, lr, max_len, sep, tok.eos_token_id, tok.pad_token_id, seed,

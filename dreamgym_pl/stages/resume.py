@@ -52,15 +52,19 @@ def _trainable(module: L.LightningModule) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone() for n, p in module.named_parameters() if p.requires_grad}
 
 
+def resumes_from_step(run: Any, stage: str) -> bool:
+    """Whether `stage` continues from a step checkpoint: resume=true, one process (under data parallelism a
+    stage restarts from its first step) and a checkpoint present."""
+    return bool(run.cfg.resume) and dist.world() == 1 and step_store(run, stage).current() is not None
+
+
 def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | None:
     """With resume=true and a step checkpoint of `stage`: its trainable weights loaded into `module`, and
     {"step", "optimizer", "scheduler"}; else None."""
-    if not run.cfg.resume or dist.world() > 1:
+    if not resumes_from_step(run, stage):
         return None
     store = step_store(run, stage)
     vdir = store.current()
-    if vdir is None:
-        return None
     progress = read_json(vdir / "progress.json", store.fix, keys=("step", "total"))
     state: dict[str, Any] = {"step": int(progress["step"])}
     for name in ("weights", "optimizer", "scheduler"):

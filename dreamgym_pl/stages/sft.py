@@ -5,6 +5,7 @@ from __future__ import annotations
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.policy.algos.sft import SFT, sft_loader
 from dreamgym_pl.policy.module import PolicyModule
+from dreamgym_pl.rollout.prompts import ACTION_CUE
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.copy_start import copy_warm_start
 from dreamgym_pl.stages.policy import finish_policy_stage
@@ -24,7 +25,7 @@ def run_stage(run: Run) -> None:
     copy_res = {}
     if run.cfg.model.name_or_path == "tiny":  # a pretrained model copies already (sft.copy_steps: model=tiny only)
         copy_res = copy_warm_start(run, "sft", model, tok, run.offline_trajectories(), c.copy_steps, c.batch_size, c.lr,
-                                   c.copy_length, "action :", run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
+                                   c.copy_length, ACTION_CUE, run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
     trajs = sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)

@@ -105,7 +105,7 @@ def main() -> None:
     extra = []
     if args.quick:
         args.seeds, args.budget, args.synthetic = [0], 600, 300
-        extra = ["sft.max_steps=60", "sft.copy_steps=100", "experience.max_steps=60", "collect.agents.oracle=40",
+        extra = ["sft.max_steps=60", "experience.max_steps=60", "collect.agents.oracle=40",
                  "collect.agents.noisy_oracle=40", "collect.agents.random=20", "experience.judge_steps=20"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

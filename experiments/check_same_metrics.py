@@ -7,9 +7,9 @@ REV_B defaults to the working tree; REV_A == REV_B checks that a revision is det
 interpreter (one run at a time), and the two metrics.json files are compared key by key; keys measuring time
 (`*/seconds`, `*per_s*`, `*overhead_share`) are left out. Exit status 1 when any other key differs. The run is
 small but exercises every stage of the preset (collect, sft, experience with the judge, synthetic RL with the
-curriculum, s2r, eval) with a policy that learns something; trailing overrides change it. Since c278ffb the
-sft stage starts with a copy warm start (`sft.copy_steps`, default 1000, ~2 min at this size): a revision before
-it and one after it differ by design; older revisions refuse the key, so compare revisions on the same side.
+curriculum, s2r, eval) with a policy that learns something; trailing overrides change it. Revisions before
+c278ffb refuse `sft.copy_steps`; c278ffb itself has the sft copy warm start on by default (1000 steps), later
+ones off: compare it with `sft.copy_steps=0` only against revisions that know the key.
 """
 
 from __future__ import annotations

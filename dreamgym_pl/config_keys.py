@@ -148,6 +148,7 @@ RULES: dict[str, Rule] = {
     "sft.batch_size": POS_INT,
     "sft.grad_clip": nullable(POS),
     "sft.copy_steps": NONNEG_INT,
+    "sft.copy_examples": NONNEG_INT,
     "sft.copy_length": integer(4),
     "dpo.beta": POS,
     "dpo.epochs": POS_INT,

@@ -14,7 +14,7 @@ TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.
         "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8", "eval.val_goals=4",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
         "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false",
-        "sft.copy_steps=2", "sft.copy_length=8"]
+        "sft.copy_steps=2", "sft.copy_examples=3", "sft.copy_length=8"]
 
 
 def test_collect_and_oracle_eval(tmp_path):
@@ -44,6 +44,7 @@ def test_grpo_pipeline_tiny(tmp_path):
         assert m[f"{stage}/val_mean_score"] >= m[f"{stage}/val_success_rate"]
     assert m["rl/real_transitions"] >= 60
     assert m["sft/copy_loss"] > 0 and (tmp_path / "checkpoints" / "sft" / "copy_start.json").exists()  # warm start
+    assert m["sft/copy_examples"] == 3  # mixed into the demonstrations (not counted in sft/samples)
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
         + m["rl/real_transitions"]
     assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 from dreamgym_pl.core import Trajectory
+from dreamgym_pl.experience.copying import copy_examples
 from dreamgym_pl.policy.algos.sft import SFT, sft_loader
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.rollout.prompts import ACTION_CUE
 from dreamgym_pl.stages.context import Run
-from dreamgym_pl.stages.copy_start import copy_warm_start
+from dreamgym_pl.stages.copy_start import copy_pool, copy_warm_start
 from dreamgym_pl.stages.policy import finish_policy_stage
 from dreamgym_pl.stages.resume import fit
 
@@ -22,13 +25,19 @@ def sft_trajectories(run: Run) -> list[Trajectory]:
 def run_stage(run: Run) -> None:
     c = run.cfg.sft
     model, tok = run.load_policy()
-    copy_res = {}
-    if run.cfg.model.name_or_path == "tiny":  # a pretrained model copies already (sft.copy_steps: model=tiny only)
-        copy_res = copy_warm_start(run, "sft", model, tok, run.offline_trajectories(), c.copy_steps, c.batch_size, c.lr,
+    copy_res, copies = {}, []
+    if run.cfg.model.name_or_path == "tiny":  # a pretrained model copies already (sft.copy_*: model=tiny only)
+        offline = run.offline_trajectories()
+        copy_res = copy_warm_start(run, "sft", model, tok, offline, c.copy_steps, c.batch_size, c.lr,
                                    c.copy_length, ACTION_CUE, run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
+        if c.copy_examples > 0:
+            pool, sep = copy_pool(tok, offline, ACTION_CUE)
+            copies = copy_examples(pool, c.copy_examples, 4, c.copy_length, sep, tok.eos_token_id,
+                                   random.Random(run.cfg.seed + 6))
     trajs = sft_trajectories(run)
-    loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed)
+    loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed, extra=copies)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
     fit(run, "sft", module, loader, max_steps=c.max_steps, epochs=c.epochs, gradient_clip_val=c.grad_clip)
     finish_policy_stage(run, "sft", module, {**copy_res, "sft/trajectories": len(trajs),
-                                           "sft/samples": len(loader.dataset)})
+                                           "sft/samples": len(loader.dataset) - len(copies),
+                                           "sft/copy_examples": len(copies)})

@@ -10,6 +10,7 @@ task, goal or outcome, only the vocabulary that the run's tokenizer already hold
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any
 
@@ -27,6 +28,16 @@ def copy_pool(tok: Any, trajs: list, sep_text: str) -> tuple[list[int], list[int
     texts = [x for tr in trajs for t in tr.transitions for x in (t.task.instruction, t.state.text)]
     pool = token_pool([tok(x, add_special_tokens=False)["input_ids"] for x in texts], tok.all_special_ids)
     return pool, tok(sep_text, add_special_tokens=False)["input_ids"]
+
+
+def mixed_copy_examples(tok: Any, trajs: list, n: int, max_len: int, sep_text: str, seed: int) -> list:
+    """`n` copy examples (lengths uniform in [4, max_len]) to mix into a stage's own data ([] for n <= 0)."""
+    from dreamgym_pl.experience.copying import copy_examples
+
+    if n <= 0:
+        return []
+    pool, sep = copy_pool(tok, trajs, sep_text)
+    return copy_examples(pool, n, 4, max_len, sep, tok.eos_token_id, random.Random(seed))
 
 
 def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, steps: int, batch_size: int, lr: float,

@@ -18,7 +18,7 @@ from dreamgym_pl.policy.samples import StepSample
 from dreamgym_pl.run import reading
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
-from dreamgym_pl.stages.copy_start import copy_pool, copy_warm_start
+from dreamgym_pl.stages.copy_start import copy_warm_start, mixed_copy_examples
 
 log = logging.getLogger("dreamgym_pl")
 COPY_SEP = "predict :"  # the experience model's copy examples end their prompt as its prompts do
@@ -74,13 +74,8 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
 def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
     """`experience.copy_examples` sequences of the offline text's tokens in random order, to be repeated verbatim,
     mixed into the experience data (`experience/copying.py`)."""
-    from dreamgym_pl.experience.copying import copy_examples
-
     e = run.cfg.experience
-    if e.copy_examples <= 0:
-        return []
-    pool, sep = copy_pool(tok, trajs, COPY_SEP)
-    return copy_examples(pool, e.copy_examples, 4, e.copy_length, sep, tok.eos_token_id, random.Random(run.cfg.seed + 3))
+    return mixed_copy_examples(tok, trajs, e.copy_examples, e.copy_length, COPY_SEP, run.cfg.seed + 3)
 
 
 def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: ExperienceFormat, buffer: Any,

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import random
-
 from dreamgym_pl.core import Trajectory
-from dreamgym_pl.experience.copying import copy_examples
 from dreamgym_pl.policy.algos.sft import SFT, sft_loader
 from dreamgym_pl.policy.module import PolicyModule
 from dreamgym_pl.rollout.prompts import ACTION_CUE
 from dreamgym_pl.stages.context import Run
-from dreamgym_pl.stages.copy_start import copy_pool, copy_warm_start
+from dreamgym_pl.stages.copy_start import copy_warm_start, mixed_copy_examples
 from dreamgym_pl.stages.policy import finish_policy_stage
 from dreamgym_pl.stages.resume import fit
 
@@ -30,10 +27,7 @@ def run_stage(run: Run) -> None:
         offline = run.offline_trajectories()
         copy_res = copy_warm_start(run, "sft", model, tok, offline, c.copy_steps, c.batch_size, c.lr,
                                    c.copy_length, ACTION_CUE, run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
-        if c.copy_examples > 0:
-            pool, sep = copy_pool(tok, offline, ACTION_CUE)
-            copies = copy_examples(pool, c.copy_examples, 4, c.copy_length, sep, tok.eos_token_id,
-                                   random.Random(run.cfg.seed + 6))
+        copies = mixed_copy_examples(tok, offline, c.copy_examples, c.copy_length, ACTION_CUE, run.cfg.seed + 6)
     trajs = sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed, extra=copies)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)

@@ -23,7 +23,8 @@ def run_stage(run: Run) -> None:
     c = run.cfg.sft
     model, tok = run.load_policy()
     copy_res, copies = {}, []
-    if run.cfg.model.name_or_path == "tiny":  # a pretrained model copies already (sft.copy_*: model=tiny only)
+    # a pretrained model copies already (sft.copy_*: model=tiny only); the offline data are read again only when on
+    if run.cfg.model.name_or_path == "tiny" and (c.copy_steps > 0 or c.copy_examples > 0):
         offline = run.offline_trajectories()
         copy_res = copy_warm_start(run, "sft", model, tok, offline, c.copy_steps, c.batch_size, c.lr,
                                    c.copy_length, ACTION_CUE, run.cfg.seed + 5, c.warmup_steps, c.grad_clip)

@@ -50,6 +50,8 @@ def test_grpo_pipeline_tiny(tmp_path):
     assert (tmp_path / "checkpoints" / "rl" / "model.safetensors").exists()
     outcomes = read_outcomes(tmp_path / "eval" / "test_outcomes.jsonl")
     assert len(outcomes) == 8 and sum(outcomes.values()) / 8 == m["eval/success_rate"]
+    val_outcomes = read_outcomes(tmp_path / "eval" / "val_outcomes.jsonl")  # paired comparisons on val
+    assert len(val_outcomes) == 4 and sum(val_outcomes.values()) / 4 == m["eval/val_success_rate"]
     assert (tmp_path / "plots" / "rl_rollouts.png").exists()
     assert list((tmp_path / "tb" / "rl").glob("events.out.tfevents.*"))
     cfg2 = compose(["conf=webshop_grpo", "resume=true", *TINY])

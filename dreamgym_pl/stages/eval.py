@@ -1,6 +1,7 @@
 """eval: the current policy (or a scripted agent) on the fixed tasks of `eval.split` -> eval/* metrics and each
 goal's outcome in eval/<split>_outcomes.jsonl (for paired comparisons: experiments/compare_runs.py); for the
-policy also the first `eval.val_goals` val tasks -> eval/val_* (what tuning reads; test is reported only)."""
+policy also the first `eval.val_goals` val tasks -> eval/val_* and eval/val_outcomes.jsonl (what tuning reads;
+test is reported only)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def run_stage(run: Run) -> None:
     outcomes = run.dir / "eval" / f"{cfg.split}_outcomes.jsonl"
     if cfg.agent == "policy":
         model, tok = run.load_policy()
-        val = val_metrics(run, model, tok, "eval")
+        val = val_metrics(run, model, tok, "eval", outcomes=run.dir / "eval" / "val_outcomes.jsonl")
         res = run.evaluate(model, tok, progress="eval", outcomes=outcomes)
     else:
         agent = make_agent(cfg.agent, seed=run.cfg.seed, eps=run.cfg.collect.noisy_eps, env=run.env)

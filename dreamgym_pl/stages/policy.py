@@ -34,13 +34,15 @@ def finish_policy_stage(run: Run, stage: str, module: Any, extra: dict[str, floa
     run.complete(stage, policy=rel)
 
 
-def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str) -> dict[str, float]:
+def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str, outcomes: Path | None = None) -> dict[str, float]:
     """`<prefix>/val_success_rate`, `val_mean_score`, `val_num_goals`: the greedy policy on the first
-    `eval.val_goals` val tasks (the split sweeps and defaults are chosen on); {} when eval.val_goals is 0."""
+    `eval.val_goals` val tasks (the split sweeps and defaults are chosen on); {} when eval.val_goals is 0.
+    `outcomes`: each val goal's outcome also goes to this JSONL file (paired comparisons on val)."""
     n = int(run.cfg.eval.get("val_goals", 0) or 0)
     if n <= 0:
         return {}
-    res = run.evaluate(model, tokenizer, progress=f"val after {prefix}", num_goals=n, split="val")
+    res = run.evaluate(model, tokenizer, progress=f"val after {prefix}", num_goals=n, split="val",
+                       outcomes=outcomes)
     log.info("%s: val success %.3f, mean score %.3f", prefix, res["success_rate"], res["mean_score"])
     return {f"{prefix}/val_success_rate": res["success_rate"], f"{prefix}/val_mean_score": res["mean_score"],
             f"{prefix}/val_num_goals": min(n, len(run.env.tasks("val")))}

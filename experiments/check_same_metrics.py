@@ -8,8 +8,9 @@ interpreter (one run at a time), and the two metrics.json files are compared key
 (`*/seconds`, `*per_s*`, `*overhead_share`) are left out. Exit status 1 when any other key differs. The run is
 small but exercises every stage of the preset (collect, sft, experience with the judge, synthetic RL with the
 curriculum, s2r, eval) with a policy that learns something; trailing overrides change it. Revisions before
-c278ffb refuse `sft.copy_steps`; c278ffb itself has the sft copy warm start on by default (1000 steps), later
-ones off: compare it with `sft.copy_steps=0` only against revisions that know the key.
+c278ffb refuse `sft.copy_steps`; the sft copy warm start is on by default at c278ffb (1000 steps) and again since
+the commit that made `sft.copy_steps=1000 sft.copy_examples=700` the default (README "Results"), off in between:
+across those, pass `sft.copy_steps=0` (and `sft.copy_examples=0` where the key exists) to both sides.
 """
 
 from __future__ import annotations

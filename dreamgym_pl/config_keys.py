@@ -256,6 +256,7 @@ RULES: dict[str, Rule] = {
     "algo.grad_clip": nullable(POS),
     "algo.adv_eps": POS,
     "algo.normalize_std": BOOL,
+    "algo.step_weight": one_of("step", "episode"),
     "algo.gamma": PROB,
     "algo.gae_lambda": PROB,
     "algo.vf_coef": NONNEG,

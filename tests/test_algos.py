@@ -54,3 +54,14 @@ def test_grpo_advantages_are_group_relative():
     out = algo.with_advantages(trajs, per, None, 0)
     assert [s.scalars["adv"] for s in out] == pytest.approx([0.5, -0.5, 0.0, 0.0, 0.0])
     assert algo.task_values(trajs, None, 8) == pytest.approx({"a": 0.25, "b": 0.0})
+
+
+def test_grpo_episode_step_weight():
+    """Task a: a 1-step success and a 3-step failure (advantages +0.5 / -0.5); mean length 2, so the success's
+    step weighs 2 and each failure step 2/3: both episodes weigh 1 in sum (step_weight=episode)."""
+    algo = GRPO(GRPOConfig(reward="success", invalid_penalty=0.0, normalize_std=False, step_weight="episode"))
+    trajs = [_traj("a", [1.0], [False], True), _traj("a", [0.0] * 3, [False] * 3, False)]
+    per = [[StepSample([1], [2]) for _ in t.transitions] for t in trajs]
+    out = algo.with_advantages(trajs, per, None, 0)
+    assert [s.scalars["adv"] for s in out] == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
+    assert sum(s.scalars["adv"] for s in out) == pytest.approx(0.0)  # no net push on what all steps share

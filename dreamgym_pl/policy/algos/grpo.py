@@ -16,6 +16,8 @@ class GRPOConfig(RLConfig):
     name: str = "grpo"
     adv_eps: float = 1.0e-6       # added to the group std
     normalize_std: bool = False   # true: divide by the group std (verl-agent); false: subtract the group mean only
+    step_weight: str = "step"     # step: every step carries its episode's advantage (verl-agent); episode: scaled by
+                                  # mean length / the episode's length, so that each episode counts once
 
 
 class GRPO(RLAlgorithm):
@@ -27,6 +29,10 @@ class GRPO(RLAlgorithm):
         cfg: GRPOConfig = self.cfg  # type: ignore[assignment]
         rets = [trajectory_return(t, cfg) for t in trajs]
         adv = losses.group_advantages(rets, [t.task.task_id for t in trajs], cfg.adv_eps, cfg.normalize_std)
+        if cfg.step_weight == "episode":
+            adv = [a * w for a, w in zip(adv, losses.episode_weights([len(ss) for ss in per_traj]))]
+        elif cfg.step_weight != "step":
+            raise ValueError(f"algo.step_weight must be step or episode, got {cfg.step_weight!r}")
         for i, ss in enumerate(per_traj):
             for s in ss:
                 s.scalars = {"adv": adv[i]}

@@ -201,6 +201,12 @@ RULES: dict[str, Rule] = {
     "experience.refresh_episodes": POS_INT,
     "experience.refresh_steps": POS_INT,
     "experience.refresh_lr": POS,
+    "experience.outcome_model": one_of("minilm", "none"),
+    "experience.outcome_steps": NONNEG_INT,
+    "experience.outcome_lr": POS,
+    "experience.outcome_batch_size": POS_INT,
+    "experience.outcome_freeze_layers": NONNEG_INT,
+    "experience.outcome_max_length": POS_INT,
     # ----- replay / curriculum -----------------------------------------------------------------
     "replay.embedder": one_of("hashing", "minilm"),
     "replay.dim": POS_INT,

@@ -7,7 +7,9 @@ Closed loop: the policy, sampled as in RL (`algo.temperature`), plays the same N
 and in the synthetic env (the run's experience model, replay buffer and rules): success, return, steps and
 episode-end causes in both, and the success gap (synthetic - real) with a 95% bootstrap interval over tasks.
 Open loop: the real episodes replayed step by step through the experience model (greedy, real history):
-reward/done agreement, terminal-success precision/recall/F1, next-action recall, next-state token F1.
+reward/done agreement, terminal-success precision/recall/F1, next-action recall, next-state token F1 (with the
+run's outcome model, `experience.outcome_model`, judging predicted endings as in the synthetic env; its verdicts on
+every real ending are `outcome_*`).
 Retrieval follows `replay.exclude` (default task: no task ever sees its own transitions). Trailing
 `key=value` overrides change the synthetic env's settings (e.g. `experience.invalid_action=end`). Tasks are
 train tasks the offline data never touched (the experience model never trained on them), or `--split val`
@@ -41,6 +43,7 @@ from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
+from dreamgym_pl.stages.outcome_model import report as outcome_report  # noqa: E402
 from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, stored_starts  # noqa: E402
 
 ROWS = [("success", "closed_loop/real_success", "closed_loop/synthetic_success"),
@@ -101,7 +104,9 @@ def main() -> None:
     if args.open_loop_steps > 0:
         fmt = experience_format(run)
         out.update(open_loop(senv.engine, real, lambda t: demos_for(buffer, t, fmt), fmt, cfg.experience.max_new_tokens,
-                             args.open_loop_steps))
+                             args.open_loop_steps, outcome=senv.outcome))
+    if senv.outcome is not None:  # the outcome model's verdicts on every real ending, whatever the model predicts
+        out.update(outcome_report(senv.outcome, real, "outcome"))
     out.update({"bench/real_transitions": float(sum(len(t.transitions) for t in real)),
                 "bench/synthetic_transitions": float(sum(len(t.transitions) for t in syn)),
                 "bench/real_s": t1 - t0, "bench/synthetic_s": t2 - t1, "bench/open_loop_s": time.perf_counter() - t2})
@@ -109,7 +114,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({**out, "args": {**vars(args), "overrides": overrides}}, indent=1, sort_keys=True))
     print(f"policy {args.policy}, experience model {args.experience or run.state.get('experience')}, "
           f"on {len(tasks)} {args.split} tasks x {args.rollouts_per_task} rollouts; "
-          f"replay.exclude={cfg.replay.exclude}, experience.invalid_action={cfg.experience.invalid_action}")
+          f"replay.exclude={cfg.replay.exclude}, experience.invalid_action={cfg.experience.invalid_action}, "
+          f"experience.outcome_model={cfg.experience.get('outcome_model', 'none')}")
     print("| closed loop | real | synthetic |\n|---|---|---|")
     for name, a, b in ROWS:
         print(f"| {name} | {out[a]:.3f} | {out[b]:.3f} |")
@@ -120,6 +126,9 @@ def main() -> None:
         for k in ("reward_agreement", "done_agreement", "terminal_precision", "terminal_recall", "terminal_f1",
                   "action_recall", "action_recall_valid", "admissible_f1", "state_f1", "unparseable", "steps"):
             print(f"| {k} | {out['open_loop/' + k]:.3f} |")
+    if senv.outcome is not None:
+        print("outcome model on the real endings: " + ", ".join(
+            f"{k} {out['outcome_' + k]:.3f}" for k in ("precision", "recall", "f1", "accuracy", "n") if 'outcome_' + k in out))
     if hasattr(run.env, "close"):
         run.env.close()
 

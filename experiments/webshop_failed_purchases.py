@@ -2,7 +2,8 @@
 in the real env, and each failed purchase is classified by the reward's parts (`info`: type, attributes,
 options, price; a purchase can fail on several). `--agent` plays a scripted agent instead (e.g. near_miss);
 `--judge` also has the run's experience model judge every purchase (greedy, prompts as in training: the real
-history, retrieval under replay.exclude) and prints, per class, how many it calls a success.
+history, retrieval under replay.exclude) and prints, per class, how many it calls a success; with the run's outcome
+model (`experience.outcome_model`, the reward the synthetic env pays) its verdicts too.
 
 `--split val|test` plays the first N goals of that split instead; `--greedy` plays the policy as eval does
 (temperature 0). Also printed: which result position each purchase's product was clicked at (`item 1` ...), and
@@ -125,6 +126,8 @@ def judge_purchases(run: Run, d: Path, real: list, labels: list[str]) -> dict[st
     from dreamgym_pl.experience.annotate import annotate
     from dreamgym_pl.experience.judge import predict_last_steps, verdict_counts
     from dreamgym_pl.experience.module import demos_for
+    from dreamgym_pl.experience.outcome import verdict
+    from dreamgym_pl.stages.outcome_model import load_outcome
     from dreamgym_pl.stages.experience import experience_format, load_replay
 
     bought = [(t, lab) for t, lab in zip(real, labels) if lab != "no purchase"]
@@ -139,6 +142,14 @@ def judge_purchases(run: Run, d: Path, real: list, labels: list[str]) -> dict[st
     for (_, lab), p in zip(bought, preds):
         out[lab] += int(p.valid and p.reward >= 1.0)
     print("experience model on these purchases:", verdict_counts(preds, [t.transitions[-1].reward for t in trajs]))
+    outcome = load_outcome(run)
+    if outcome is not None:  # the reward the synthetic env pays: the outcome model's verdict on each purchase
+        said = collections.Counter()
+        for (t, lab), (p, s) in zip(bought, outcome([(t.task.instruction, t.transitions[-1].state.text,
+                                                      t.transitions[-1].action) for t in trajs])):
+            said[lab] += int(verdict(p, s)[0])
+        print("outcome model (experience.outcome_model), judged success per class:",
+              {lab: f"{said[lab]}/{sum(1 for _, x in bought if x == lab)}" for lab in dict.fromkeys(x for _, x in bought)})
     return dict(out)
 
 

@@ -165,7 +165,8 @@ def test_toy_env_runs_the_pipeline(tmp_path):
                    "model.num_heads=2", "model.intermediate_size=64", "collect.agents.oracle=30",
                    "collect.agents.noisy_oracle=20", "collect.agents.random=10", "sft.max_steps=30", "sft.warmup_steps=1",
                    "sft.num_trajectories=20", "sft.copy_steps=2", "experience.max_steps=5", "experience.warmup_steps=1",
-                   "experience.judge_steps=8", "experience.max_new_tokens=40", "experience.onpolicy_episodes=8", "synthetic_rl.synthetic_budget=24",
+                   "experience.judge_steps=8", "experience.max_new_tokens=40", "experience.onpolicy_episodes=8",
+                   "experience.outcome_steps=2", "synthetic_rl.synthetic_budget=24",
                    "synthetic_rl.tasks_per_iter=4", "algo.group_size=2", "algo.mini_batch_size=16",
                    "algo.max_new_tokens=8", "curriculum.train_examples=10", "eval.num_goals=12", "eval.val_goals=6", "eval.batch_size=12",
                    "eval.curve_every=0", "trainer.enable_progress_bar=false"])

@@ -61,7 +61,8 @@ def test_grpo_pipeline_tiny(tmp_path):
 
 EXP = ["experience.onpolicy_episodes=4", "experience.max_transitions=150", "experience.max_steps=5", "experience.warmup_steps=1", "experience.judge_steps=12", "experience.max_new_tokens=40",
        "synthetic_rl.synthetic_budget=40", "synthetic_rl.tasks_per_iter=4", "s2r.real_budget=30", "s2r.tasks_per_iter=4",
-       "curriculum.train_examples=20", "curriculum.max_words=12"]
+       "curriculum.train_examples=20", "curriculum.max_words=12", "experience.outcome_steps=2",
+       "experience.outcome_batch_size=4"]
 
 
 def test_s2r_pipeline_tiny(tmp_path):
@@ -80,6 +81,11 @@ def test_s2r_pipeline_tiny(tmp_path):
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
         assert k in m
     assert m["curriculum/max_share"] <= 0.5
+    # the outcome model: trained on the preset's offline endings (its near-miss failures included), saved, judged
+    assert m["collect/near_miss_episodes"] == 800 and m["experience/outcome_steps"] == 2
+    assert m["experience/outcome_example_successes"] < m["experience/outcome_examples"]
+    assert (tmp_path / "checkpoints" / "outcome" / "outcome.json").exists()
+    assert m["experience/outcome_heldout_n"] > 0 and 0.0 <= m["experience/outcome_heldout_accuracy"] <= 1.0
     assert 0.0 <= m["experience/targets_over_max_new_tokens"] <= 1.0 and m["experience/target_max_tokens"] > 10
     assert (tmp_path / "replay" / "CURRENT").exists() and (tmp_path / "curriculum" / "state.json").exists()
     # the stage's task-generation totals are the saved curriculum's counts

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, ParsedStep
 from dreamgym_pl.experience.judge import predict_steps, score_steps
+from dreamgym_pl.experience.outcome import Outcome, judge_endings
 from dreamgym_pl.rollout.sampling import GenerationEngine
 
 END_CAUSES = ("done", "invalid", "unparseable", "step_limit")
@@ -114,10 +115,12 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
 
 
 def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
-              max_new_tokens: int, max_steps: int | None = None) -> dict[str, float]:
+              max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None) -> dict[str, float]:
     """Replay real trajectories through the experience model (greedy), with the real history and
-    `demos(transition) -> retrieved demonstrations`."""
+    `demos(transition) -> retrieved demonstrations`; `outcome` judges the predicted endings' rewards, as in the
+    synthetic env."""
     parsed, refs = predict_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps)
+    parsed = judge_endings(parsed, [(t.task.instruction, t.state.text, t.action) for t in refs], outcome)
     following = [traj.transitions[j + 1] if j + 1 < len(traj.transitions) else None
                  for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
     nxt = [f.action if f is not None else None for f in following]

@@ -5,7 +5,8 @@ action), builds the experience prompts, runs one batched generate, parses the ou
 StepResults. Episodes end on `done`, on an unparseable output (an invalid transition: failure state,
 reward 0, counted in `invalid_outputs`) or at `max_steps`. An action the current state does not offer (judged
 by the real env's `is_admissible` rule) follows `invalid_action`: `end` (a failure state with reward 0, the
-paper's rule), `stay` (the state is kept, as the real env does) or `model` (the model predicts). Fresh
+paper's rule), `stay` (the state is kept, as the real env does) or `model` (the model predicts). Where the model
+predicts that an episode ends, an outcome model (experience/outcome.py), when given, decides its reward. Fresh
 synthetic transitions enrich the buffer (retrieved only with `fmt.synthetic_demos`, `replay.synthetic_demos`). The first observation of a task is the real env's initial
 observation, which needs no real interaction: it is a fixed function of the task.
 """
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, build_prompt, parse_output
+from dreamgym_pl.experience.outcome import Outcome, judge_endings
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
 from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
 
@@ -26,11 +28,13 @@ class SyntheticEnv:
                  initial_observation: Callable[[Task], Observation], task_source: Callable[[str], list[Task]],
                  is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
                  enrich: bool = True, invalid_action: str = "end",
-                 invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs):
+                 invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs,
+                 outcome: Outcome | None = None):
         """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
         0: the paper's rule), `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
         the real env's rule) or `model` (no rule: the experience model predicts what follows, as for any
-        action; the step is still marked invalid when the predicted list lacks the action)."""
+        action; the step is still marked invalid when the predicted list lacks the action). `outcome`: the
+        reward of a predicted ending (None: the experience model's own)."""
         if invalid_action not in ("end", "stay", "model"):
             raise ValueError(f"experience.invalid_action: must be end, stay or model, got {invalid_action!r}")
         self.invalid_action, self.invalid_observation = invalid_action, invalid_observation
@@ -43,6 +47,7 @@ class SyntheticEnv:
         self.is_admissible = is_admissible
         self.params = params
         self.enrich = enrich
+        self.outcome = outcome
         self.defer_enrich = False
         self.pending: list[Transition] = []
         self.own_digests: set[str] = set()  # distinct transitions this rank produced (data-parallel bookkeeping)
@@ -110,9 +115,18 @@ class SyntheticEnv:
         t2 = time.perf_counter()
         comps = self.engine.generate(prompts, self.params)
         t3 = time.perf_counter()
+        parsed = [parse_output(c.text) for c in comps]
+        if self.outcome is not None:
+            judged = judge_endings(parsed, [(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live],
+                                   self.outcome)
+            ends = [(a, b) for a, b in zip(parsed, judged) if a.valid and a.done]
+            self.stats["outcome_judged"] = self.stats.get("outcome_judged", 0) + len(ends)
+            self.stats["outcome_success"] = self.stats.get("outcome_success", 0) + sum(b.reward >= 1.0 for _, b in ends)
+            self.stats["outcome_overruled"] = self.stats.get("outcome_overruled", 0) + sum(
+                (a.reward >= 1.0 - 1e-6) != (b.reward >= 1.0 - 1e-6) for a, b in ends)
+            parsed = judged
         new: list[Transition] = []
-        for i, c in zip(live, comps):
-            p = parse_output(c.text)
+        for i, p in zip(live, parsed):
             self._steps[i] += 1
             done = p.done or self._steps[i] >= self.max_steps
             offered = self.is_admissible(actions[i], self._obs[i])

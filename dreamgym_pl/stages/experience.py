@@ -1,6 +1,7 @@
 """experience: annotate offline transitions with the env's reasoning traces, seed the replay buffer, train the
-experience model (paper Eq. 4-5, with task-generation examples: M_task shares its parameters), judge it on
-held-out real trajectories -> checkpoints/experience, replay/."""
+experience model (paper Eq. 4-5, with task-generation examples: M_task shares its parameters), train the outcome
+model on the offline endings (`experience.outcome_model`, stages/outcome_model.py), judge both on held-out real
+trajectories and on the SFT policy's episodes -> checkpoints/experience, checkpoints/outcome, replay/."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from dreamgym_pl.run import reading
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.copy_start import copy_warm_start, mixed_copy_examples
+from dreamgym_pl.stages.outcome_model import report as outcome_report
+from dreamgym_pl.stages.outcome_model import train_outcome
 
 log = logging.getLogger("dreamgym_pl")
 COPY_SEP = "predict :"  # the experience model's copy examples end their prompt as its prompts do
@@ -166,10 +169,13 @@ def unseen_train_tasks(run: Run) -> list:
     return unseen or run.env.tasks("train")
 
 
-def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: ExperienceFormat) -> dict[str, float]:
+def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: ExperienceFormat,
+                      outcome: Any = None) -> dict[str, float]:
     """Open-loop fidelity on the current policy's own behaviour (after sft: the SFT policy): its sampled real
-    episodes on `experience.onpolicy_episodes` train tasks replayed through the experience model ->
-    experience/onpolicy_*. The real transitions it takes are counted (experience/real_transitions)."""
+    episodes on `experience.onpolicy_episodes` train tasks replayed through the experience model (endings judged
+    by `outcome` when given, as in the synthetic env) -> experience/onpolicy_*, and the outcome model's verdicts
+    on their endings -> experience/onpolicy_outcome_*. The real transitions it takes are counted
+    (experience/real_transitions)."""
     from dreamgym_pl.experience.fidelity import open_loop
     from dreamgym_pl.experience.module import demos_for
     from dreamgym_pl.rollout.collector import run_episodes
@@ -182,7 +188,9 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     tasks = random.Random(run.cfg.seed).sample(tasks, min(n, len(tasks)))
     real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
-                    run.cfg.experience.max_new_tokens)
+                    run.cfg.experience.max_new_tokens, outcome=outcome)
+    if outcome is not None:
+        res.update(outcome_report(outcome, real, "experience/onpolicy_outcome"))
     used = sum(len(t.transitions) for t in real)
     # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
     return {"experience/real_transitions": used, "experience/real_resets": len(real),
@@ -203,7 +211,7 @@ def run_stage(run: Run) -> None:
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
     # the scripted agents' data are bounded (whole trajectories, every agent in proportion); the policy's are all kept
     scripted = bounded_trajectories([tr for tr in trajs if tr.source != "policy"], e.max_transitions, run.cfg.seed)
-    trajs = scripted + [tr for tr in trajs if tr.source == "policy"]
+    train_trajs, trajs = trajs, scripted + [tr for tr in trajs if tr.source == "policy"]
     model, tok = experience_model(run)
     fmt = experience_format(run)
     copy_res = copy_warm_start(run, "experience", model, tok, trajs, e.copy_steps, e.batch_size * 2, e.lr,
@@ -229,14 +237,16 @@ def run_stage(run: Run) -> None:
     seed_stage(run.cfg.seed, "experience/after-training")  # what follows draws the same after a resumed training
     ending_res = ending_training(run, module.model, tok, trajs, fmt, buffer, train_dl.dataset)
     rel = run.save_policy(module.model, tok, "experience")
+    outcome, outcome_res = train_outcome(run, train_trajs, held_out)  # every training-split ending, unbounded
+    seed_stage(run.cfg.seed, "experience/after-outcome")  # trained or loaded after a kill: the same draws follow
     # whole held-out trajectories in a seeded random order: in collection order the judged steps were the oracle's
     judged = bounded_trajectories(held_out, e.judge_steps, run.cfg.seed) if e.judge_steps > 0 else []
     res = judge_steps(run.engine_for("experience", module.model, tok), judged, buffer, fmt, None,
                       max_new_tokens=e.max_new_tokens)
-    res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt))
+    res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt, outcome))
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
     save_replay(run, buffer)
-    run.record({**res, **copy_res, **ending_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+    run.record({**res, **copy_res, **ending_res, **outcome_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
                 "experience/task_generation_examples": len(gen_examples), "experience/copy_examples": len(copies),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],
                 "experience/target_max_tokens": lengths["max_len"]})

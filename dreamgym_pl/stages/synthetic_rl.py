@@ -70,14 +70,17 @@ def load_experience(run: Run, vdir: Path | None = None) -> tuple[Any, Any]:
 
 def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
                        experience: tuple[Any, Any] | None = None) -> SyntheticEnv:
-    """The synthetic env over `experience` (model, tokenizer; default: the run's experience model)."""
+    """The synthetic env over `experience` (model, tokenizer; default: the run's experience model), its
+    endings' rewards judged by the run's outcome model (`experience.outcome_model`; none: the experience model's)."""
+    from dreamgym_pl.stages.outcome_model import load_outcome
+
     model, tok = experience or load_experience(run)
     e = run.cfg.experience
     params = SamplingParams(temperature=e.temperature, max_new_tokens=e.max_new_tokens, stop=list(STOP))
     return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run),
                         starts, starts.meter.tasks, starts.meter.is_admissible, params,
                         max_steps=run.env.max_steps, invalid_action=e.invalid_action,
-                        invalid_observation=starts.meter.invalid_observation)
+                        invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run))
 
 
 def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path | None) -> Curriculum:
@@ -248,4 +251,9 @@ def run_stage(run: Run) -> None:
         "synthetic_rl/iterations": dm.iteration, "synthetic_rl/transitions_per_s": dm.transitions_per_s,
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
-        "synthetic_rl/replay_size": len(buffer)})
+        "synthetic_rl/replay_size": len(buffer),
+        # the outcome model's verdicts on the endings the experience model predicted (experience.outcome_model)
+        **({"synthetic_rl/outcome_judged": st["outcome_judged"],
+            "synthetic_rl/outcome_success_share": st["outcome_success"] / max(1, st["outcome_judged"]),
+            "synthetic_rl/outcome_overruled_share": st["outcome_overruled"] / max(1, st["outcome_judged"])}
+           if st.get("outcome_judged") else {})})

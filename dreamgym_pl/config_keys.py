@@ -202,7 +202,7 @@ RULES: dict[str, Rule] = {
     "experience.refresh_steps": POS_INT,
     "experience.refresh_lr": POS,
     "experience.outcome_model": one_of("minilm", "none"),
-    "experience.outcome_steps": NONNEG_INT,
+    "experience.outcome_steps": POS_INT,  # outcome_model=none is the off switch
     "experience.outcome_lr": POS,
     "experience.outcome_batch_size": POS_INT,
     "experience.outcome_freeze_layers": NONNEG_INT,

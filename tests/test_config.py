@@ -37,6 +37,8 @@ def test_preset_overrides_root_stages():
     ("+algo.gae_lambda=0.9", "algo.gae_lambda"),  # a PPO key under algo=grpo
     ("rollout.batch_size=0", "rollout.batch_size"),
     ("+sft.maxsteps=5", "sft.maxsteps"),  # a typo: no such key
+    ("experience.outcome_model=bert", "experience.outcome_model"),
+    ("experience.outcome_steps=0", "experience.outcome_steps"),  # off is outcome_model=none
 ])
 def test_bad_values_name_the_key(override, key, tmp_path):
     cfg = compose([override])

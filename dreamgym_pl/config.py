@@ -43,10 +43,10 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
             raise ConfigError(f"{key}: unknown scripted agent {name!r} for {env_name}; known: "
                               f"{list(env_agents(env_name))}{also}")
 
-    agents = _get(cfg, "collect.agents") or {}
-    for name, n in agents.items():
-        require_agent(name, f"collect.agents.{name}")
-        _require(isinstance(n, int) and n >= 0, f"collect.agents.{name}", f"episode count must be an integer >= 0, got {n!r}")
+    for section in ("collect.agents", "experience.outcome_agents"):
+        for name, n in (_get(cfg, section) or {}).items():
+            require_agent(name, f"{section}.{name}")
+            _require(isinstance(n, int) and n >= 0, f"{section}.{name}", f"episode count must be an integer >= 0, got {n!r}")
     for key, extra in (("eval.agent", "policy"), ("sft.source", "all")):
         value = _get(cfg, key)
         if value is not None and value != extra:

@@ -207,6 +207,9 @@ RULES: dict[str, Rule] = {
     "experience.outcome_batch_size": POS_INT,
     "experience.outcome_freeze_layers": NONNEG_INT,
     "experience.outcome_max_length": POS_INT,
+    "experience.outcome_agents.*": NONNEG_INT,
+    "experience.outcome_agents": Rule(lambda v: hasattr(v, "keys") and all(_int(n) and n >= 0 for n in v.values()),
+                                      "a mapping of scripted agent -> episodes ({} for none)", 3),
     # ----- replay / curriculum -----------------------------------------------------------------
     "replay.embedder": one_of("hashing", "minilm"),
     "replay.dim": POS_INT,

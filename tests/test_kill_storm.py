@@ -140,19 +140,21 @@ def test_kill_storm(tmp_path):
                           for h in json.loads((d / "history" / f"{stage}.json").read_text())] for d in (run_dir, ref_dir))
         assert h_got == h_want, stage
     assert want["synthetic_rl/synthetic_transitions"] >= 200
-    # real resets, counted where they happen: one per episode of collect (30 + 20 + 10 near-miss + random), of the
+    # real resets, counted where they happen: one per episode of collect (30 + 20 + random episodes), of the
     # experience stage's on-policy check (4) and of s2r; synthetic RL's stored first observations, one per start task
-    assert want["collect/real_resets"] == 60 + RANDOM_EPISODES and want["experience/real_resets"] == 4
+    assert want["collect/real_resets"] == 50 + RANDOM_EPISODES and want["experience/real_resets"] == 4
     assert want["s2r/real_resets"] == sum(h["rollout/episodes"] for h in
                                           json.loads((ref_dir / "history" / "s2r.json").read_text()))
     assert 0 < want["synthetic_rl/real_resets"] <= want["synthetic_rl/synthetic_transitions"]
     assert want["synthetic_rl/real_transitions"] == 0  # measured at the real env: synthetic RL never stepped it
     assert want["budget/real_resets"] == sum(want[f"{s}/real_resets"] for s in ("collect", "experience", "synthetic_rl",
-                                                                                 "s2r"))
+                                                                                 "s2r")) \
+        + want.get("experience/outcome_real_resets", 0)  # the outcome model's own scripted episodes
     assert want["replay/offline"] + want["replay/synthetic"] == want["synthetic_rl/replay_size"]
     assert want["replay/entries"] == want["synthetic_rl/replay_size"] + want["replay/online"] == want["s2r/replay_size"]
     assert 0 < want["replay/online"] == want["s2r/replay_added"] <= want["s2r/real_transitions"]  # s2r's, once each
     assert want["budget/real_transitions"] == want["collect/real_transitions"] + want["experience/real_transitions"] \
+        + want.get("experience/outcome_real_transitions", 0) \
         + want["s2r/real_transitions"]
     print(f"reference run {ref_seconds:.0f} s; {len(kills)} kills over {launches} launches: {kills}; "
           f"transitions redone after kills: {redone}")

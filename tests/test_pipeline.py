@@ -68,21 +68,24 @@ EXP = ["experience.onpolicy_episodes=4", "experience.max_transitions=150", "expe
 def test_s2r_pipeline_tiny(tmp_path):
     """The main preset end to end: collect -> sft -> experience -> synthetic_rl (+curriculum) -> s2r -> eval."""
     m = run_pipeline(compose(["conf=webshop_s2r", *TINY, *EXP, "curriculum.lambda_=0.5", "curriculum.min_variance=0.01",
-                              "experience.copy_steps=2", "experience.copy_examples=4", "experience.copy_length=8"]),
+                              "experience.copy_steps=2", "experience.copy_examples=4", "experience.copy_length=8",
+                              "experience.outcome_agents={near_miss:20}"]),
                      tmp_path)
     assert m["experience/copy_loss"] > 0 and m["experience/copy_examples"] == 4  # the experience model's copy warm start
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"] \
-        + m["s2r/real_transitions"]  # the on-policy fidelity check's real episodes count too
+        + m["experience/outcome_real_transitions"] + m["s2r/real_transitions"]  # on-policy check, outcome episodes
     assert 0.0 <= m["experience/onpolicy_reward_agreement"] <= 1.0 and m["experience/onpolicy_steps"] > 0
     for k in ("experience/reward_agreement", "sft/test_success_rate", "synthetic_rl/test_success_rate",
               "s2r/test_success_rate", "eval/success_rate", "curriculum/synthetic_share"):
         assert k in m
     assert m["curriculum/max_share"] <= 0.5
-    # the outcome model: trained on the preset's offline endings (its near-miss failures included), saved, judged
-    assert m["collect/near_miss_episodes"] == 800 and m["experience/outcome_steps"] == 2
+    # the outcome model: trained on the offline endings and 20 near-miss episodes of its own, saved, judged
+    assert m["experience/outcome_real_resets"] == 20 and m["experience/outcome_steps"] == 2
+    assert len((tmp_path / "offline" / "outcome_transitions.jsonl").read_text().splitlines()) == \
+        m["experience/outcome_real_transitions"]
     assert m["experience/outcome_example_successes"] < m["experience/outcome_examples"]
     assert (tmp_path / "checkpoints" / "outcome" / "outcome.json").exists()
     assert m["experience/outcome_heldout_n"] > 0 and 0.0 <= m["experience/outcome_heldout_accuracy"] <= 1.0

@@ -15,8 +15,7 @@ from tests.test_pipeline import EXP, TINY
 # the paper's invalid-action rule: an untrained policy's episodes end at once, so synthetic RL has many short
 # iterations (and checkpoints) to be killed between
 ARGS = ["conf=webshop_s2r", *TINY, *EXP, "synthetic_rl.synthetic_budget=200", "checkpoint_every=1",
-        "curriculum.lambda_=0.5", "curriculum.min_variance=0.01", "experience.invalid_action=end",
-        "collect.agents.near_miss=10"]
+        "curriculum.lambda_=0.5", "curriculum.min_variance=0.01", "experience.invalid_action=end"]
 
 
 def _run(run_dir, extra=()):
@@ -55,7 +54,8 @@ def test_sigkill_mid_stage_then_resume(tmp_path):
         "collect", "sft", "experience", "synthetic_rl", "s2r", "eval"]
     # counters: the offline budget is counted once, RL stages add exactly what they consumed
     assert m["collect/real_transitions"] == metrics_before["collect/real_transitions"]
-    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
+    assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) \
+        + m.get("experience/outcome_real_transitions", 0) + m["s2r/real_transitions"]
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"] >= 200
     assert m["synthetic_rl/iterations"] > killed_at
     # replay buffer: all offline transitions kept, no duplicates, synthetic and online entries added on top

@@ -36,8 +36,44 @@ def report(model: Any, trajs: Sequence, prefix: str) -> dict[str, float]:
     return {f"{prefix}_{k}": v for k, v in res.items() if math.isfinite(v)}
 
 
+def outcome_episodes(run: Run, trajs: Sequence) -> list:
+    """`experience.outcome_agents` (scripted agent -> episodes): episodes played for the outcome model only, on the
+    tasks of `trajs` (the experience stage's training split, so held-out tasks stay unseen) -> offline/
+    outcome_transitions.jsonl (read back on resume), counted as experience/outcome_real_transitions and _resets."""
+    from dreamgym_pl.agents import make_agent
+    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
+    from dreamgym_pl.rollout.collector import run_episodes
+
+    agents = {k: int(v) for k, v in (run.cfg.experience.get("outcome_agents") or {}).items() if int(v) > 0}
+    path = run.dir / "offline" / "outcome_transitions.jsonl"
+    if not agents:
+        return []
+    if run.cfg.resume and path.exists():
+        with reading(path, f"delete {path} (the experience stage plays it again), or rerun with resume=false"):
+            out = group_trajectories(read_jsonl(path, Transition))
+    else:
+        by_id = {t.task.task_id: t.task for t in trajs}
+        tasks = [by_id[k] for k in sorted(by_id)]
+        out = []
+        for i, (name, count) in enumerate(agents.items()):
+            agent = make_agent(name, seed=run.cfg.seed + 101 + i, eps=run.cfg.collect.noisy_eps, env=run.env)
+            played = run_episodes(run.env, [tasks[j % len(tasks)] for j in range(count)], agent,
+                                  batch_size=run.cfg.collect.batch_size, source=name, progress=f"outcome {name}")
+            for ep, t in enumerate(played):
+                for st in t.transitions:
+                    st.info["episode"] = f"outcome-{name}-{ep}"
+            out += played
+        if dist.is_main():
+            write_jsonl(path, [st for t in out for st in t.transitions])
+        dist.barrier()
+    run.record({"experience/outcome_real_transitions": sum(len(t.transitions) for t in out),
+                "experience/outcome_real_resets": len(out)})
+    return out
+
+
 def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, dict[str, float]]:
-    """(the outcome model, its metrics): fine-tuned on the endings of `trajs` (experience/outcome_* : steps,
+    """(the outcome model, its metrics): fine-tuned on the endings of `trajs` and of `outcome_episodes` on their
+    tasks (experience/outcome_* : steps,
     examples, successes, seconds, the held-out endings' report) and saved; with `resume` and a saved one, that
     one. (None, {}) when `experience.outcome_model` is none."""
     from dreamgym_pl.experience.outcome import OutcomeModel, outcome_examples, train_outcome_model
@@ -51,7 +87,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
         with reading(path / "outcome.json", "rerun with resume=false"):
             saved = json.loads((path / "outcome.json").read_text())["metrics"]
         return load_outcome_model(run, path), saved
-    ex = outcome_examples(trajs)
+    ex = outcome_examples(list(trajs) + outcome_episodes(run, trajs))
     if not ex:
         log.warning("experience: no episode endings in the offline data: the outcome model is not trained and "
                     "the experience model's own rewards are used")

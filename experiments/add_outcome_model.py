@@ -5,6 +5,7 @@ its verdicts on the held-out endings and, with `--policy-episodes N`, on N sampl
 on train tasks the offline data never touched (real transitions; nothing is written to metrics.json).
 
     python experiments/add_outcome_model.py --run-dir D [--policy-episodes 400] [experience.outcome_steps=200 ...]
+        [experience.outcome_agents.near_miss=800]   (a run made before the key existed has none)
 
 Then `resume=true` runs of the later stages, `bench_fidelity.py` and `webshop_failed_purchases.py --judge` use it.
 """

@@ -201,6 +201,6 @@ def train_outcome_model(model: OutcomeModel, examples: Sequence[OutcomeExample],
         sched.step()
         losses.append(loss.item())
         if progress is not None:
-            progress(s, float(loss))
+            progress(s, losses[-1])
     model.encoder.eval()
     return losses

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, ParsedStep
 from dreamgym_pl.experience.judge import predict_steps, score_steps
-from dreamgym_pl.experience.outcome import Outcome, judge_endings
+from dreamgym_pl.experience.outcome import Outcome, classification_report, judge_endings
 from dreamgym_pl.rollout.sampling import GenerationEngine
 
 END_CAUSES = ("done", "invalid", "unparseable", "step_limit")
@@ -86,13 +86,7 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     norm = lambda s: "".join(s.lower().split())  # noqa: E731
     pred_succ = [p.valid and p.done and p.reward >= 1.0 - 1e-6 for p in parsed]
     real_succ = [bool(t.done and t.info.get("success")) for t in refs]
-    tp = sum(1 for a, b in zip(pred_succ, real_succ) if a and b)
-    prec = tp / max(1, sum(pred_succ))
-    rec = tp / max(1, sum(real_succ))
-    if not any(pred_succ) and not any(real_succ):
-        f1 = float("nan")  # no success on either side: undefined, not perfect
-    else:
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec > 0 else 0.0
+    terminal = classification_report(pred_succ, real_succ)  # F1 NaN without a success on either side
     with_next = [(p, a) for p, a in zip(parsed, next_actions) if a is not None]
     listed = lambda p, a: p.valid and (not p.observation.admissible or  # noqa: E731
                                        norm(a) in {norm(x) for x in p.observation.admissible})
@@ -102,9 +96,9 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     return {
         "open_loop/reward_agreement": base["experience/reward_agreement"],
         "open_loop/done_agreement": base["experience/done_agreement"],
-        "open_loop/terminal_precision": prec,
-        "open_loop/terminal_recall": rec,
-        "open_loop/terminal_f1": f1,
+        "open_loop/terminal_precision": terminal["precision"],
+        "open_loop/terminal_recall": terminal["recall"],
+        "open_loop/terminal_f1": terminal["f1"],
         "open_loop/action_recall": recall / max(1, len(with_next)),
         "open_loop/action_recall_valid": sum(1 for p, a in with_valid if listed(p, a)) / max(1, len(with_valid)),
         "open_loop/admissible_f1": base["experience/admissible_f1"],

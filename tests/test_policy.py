@@ -97,3 +97,21 @@ def test_other_modes_step(tiny, mode):
     loss.backward()
     if mode == "dpo":
         assert loss.item() == pytest.approx(0.6931, abs=1e-3)  # identical policy and reference: log 2
+
+
+def test_rl_logprobs_score_the_sampling_temperature(tiny):
+    """algo.temperature: old/ref/trained log-probs are those of softmax(logits / T), the distribution rollouts sample
+    from; T = 1 leaves them as they were and SFT is never tempered."""
+    model, tok = tiny
+    b = collate([StepSample([5, 6, 7], [8, 2])], tok.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    ids = b["input_ids"][0]
+    for t in (1.0, 0.5):
+        module = PolicyModule(copy.deepcopy(model), tok, GRPO(GRPOConfig(temperature=t, kl_coef=0.0)), lr=1e-3)
+        lp = module.logprobs(b)[0]
+        for pos in range(ids.shape[0] - 1):  # position pos predicts token pos + 1
+            want = torch.log_softmax(logits[0, pos] / t, -1)[ids[pos + 1]]
+            assert lp[pos].item() == pytest.approx(want.item(), abs=1e-5)
+    assert GRPO(GRPOConfig(temperature=0.0)).logit_temperature == 1.0  # greedy rollouts: the plain distribution
+    assert SFT().logit_temperature == 1.0

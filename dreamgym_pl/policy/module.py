@@ -63,12 +63,16 @@ class PolicyModule(L.LightningModule):
             with reference_adapter(self.model) as m:
                 yield m
 
+    def _logprobs(self, logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+        t = self.objective.logit_temperature
+        return losses.token_logprobs(logits if t == 1.0 else logits / t, input_ids)
+
     @torch.no_grad()
     def logprobs(self, batch: dict[str, torch.Tensor], reference: bool = False) -> torch.Tensor:
         if reference:
             with self._reference() as m:
-                return losses.token_logprobs(self._forward(m, batch).logits, batch["input_ids"])
-        return losses.token_logprobs(self._forward(self.model, batch).logits, batch["input_ids"])
+                return self._logprobs(self._forward(m, batch).logits, batch["input_ids"])
+        return self._logprobs(self._forward(self.model, batch).logits, batch["input_ids"])
 
     def values_from_hidden(self, hidden: torch.Tensor, prompt_last: torch.Tensor) -> torch.Tensor:
         h = hidden[torch.arange(hidden.shape[0], device=hidden.device), prompt_last]
@@ -84,7 +88,7 @@ class PolicyModule(L.LightningModule):
         if self._t0 is None:
             self._t0 = time.perf_counter()
         out = self._forward(self.model, batch, hidden=self.objective.needs_hidden)
-        logp = losses.token_logprobs(out.logits, batch["input_ids"])
+        logp = self._logprobs(out.logits, batch["input_ids"])
         loss, logs = self.objective.loss(self, batch, out, logp)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite {self.objective.name} loss ({float(loss)}) at step {self.global_step}")

@@ -29,6 +29,7 @@ class Objective:
     needs_value_head = False
     needs_hidden = False      # the forward pass returns hidden states (value head)
     critic_lr = 0.0
+    logit_temperature = 1.0   # the loss scores softmax(logits / this): the distribution the samples came from
 
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -101,6 +102,12 @@ class RLAlgorithm(Objective):
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.cfg.kl_coef > 0
 
+    @property
+    def logit_temperature(self) -> float:  # type: ignore[override]
+        """Rollouts sample softmax(logits / algo.temperature); the ratio, KL and entropy score that same
+        distribution (as verl does), so the first epoch is on-policy at any temperature."""
+        return self.cfg.temperature if self.cfg.temperature > 0 else 1.0
+
     def with_advantages(self, trajs: Sequence[Trajectory], per_traj: list[list[StepSample]], module: Any,
                         pad_id: int) -> list[StepSample]:
         """The training samples of an iteration (every step of every trajectory) with their scalars set."""
@@ -119,7 +126,7 @@ class RLAlgorithm(Objective):
         loss = pg
         logs: dict[str, Any] = {"losses/policy": pg.detach(), "losses/clip_frac": stats["clip_frac"]}
         if a.entropy_coef > 0:
-            ent = losses.masked_mean(losses.entropy_from_logits(out.logits[:, :-1]), mask)
+            ent = losses.masked_mean(losses.entropy_from_logits(out.logits[:, :-1] / self.logit_temperature), mask)
             loss = loss - a.entropy_coef * ent
             logs["losses/entropy"] = ent.detach()
         if a.kl_coef > 0 and "ref_logp" in batch:

@@ -27,6 +27,14 @@ def signal_share(groups: Sequence[Sequence[float]]) -> float:
     return sum(1 for g in groups if len(set(g)) > 1) / len(groups)
 
 
+def mixed_groups(task_ids: Sequence[object], rewards: Sequence[float]) -> tuple[int, int]:
+    """(groups whose rewards are not all equal, groups): episodes grouped by task id, as GRPO groups them."""
+    by: dict[object, list[float]] = {}
+    for t, r in zip(task_ids, rewards):
+        by.setdefault(t, []).append(float(r))
+    return sum(1 for g in by.values() if len(set(g)) > 1), len(by)
+
+
 def headroom(successes: Sequence[Sequence[int]], ks: Sequence[int]) -> dict[str, float]:
     """Per-task success lists (one 0/1 per sampled episode) -> mean sample success, pass@k for each k, and the share
     of tasks never solved / always solved / mixed (the mixed ones carry a success-reward GRPO signal)."""

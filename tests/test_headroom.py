@@ -28,3 +28,29 @@ def test_signal_share_and_headroom():
     assert (h["never_solved"], h["always_solved"], h["mixed"]) == (pytest.approx(1 / 3),) * 3
     with pytest.raises(ValueError):
         headroom([], ks=[1])
+
+
+def test_mixed_groups_counts_by_task():
+    from dreamgym_pl.headroom import mixed_groups
+    assert mixed_groups(["a", "a", "b", "b", "c"], [1.0, 0.0, 0.5, 0.5, 1.0]) == (1, 3)
+    assert mixed_groups([], []) == (0, 0)
+
+
+def test_webshop_ceiling_rules_on_hand_built_products():
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("ceiling", Path(__file__).parents[1] / "experiments" / "webshop_ceiling.py")
+    c = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(c)
+    goal = {"query": "tv stand", "attributes": [], "goal_options": {"color": "white"}, "price_upper": 100.0}
+    dear = {"Title": "duna tv stand", "query": "tv stand", "Price": 280.0, "options": {"color": ["white"]}, "Attributes": []}
+    no_white = {"Title": "vexo tv stand", "query": "tv stand", "Price": 32.0, "options": {"color": ["black"]}, "Attributes": []}
+    good = {"Title": "acme tv stand", "query": "tv stand", "Price": 63.0, "options": {"color": ["black", "white"]},
+            "Attributes": []}
+    results = [dear, no_white, good]
+    assert c.bought_reward(good, goal) == 1.0
+    assert c.bought_reward(dear, goal) == pytest.approx(1 / 2)    # option yes, price no
+    assert not c.rule_success(results, goal, c.RULES["result 1"])
+    assert not c.rule_success(results, goal, c.RULES["first within the price bound"])   # the black-only one
+    assert c.rule_success(results, goal, c.RULES["first within the bound offering the goal options"])
+    assert not c.rule_success([dear], goal, c.RULES["first within the bound offering the goal options"])  # none

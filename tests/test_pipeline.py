@@ -89,6 +89,9 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert m["experience/outcome_example_successes"] < m["experience/outcome_examples"]
     assert (tmp_path / "checkpoints" / "outcome" / "outcome.json").exists()
     assert m["experience/outcome_heldout_n"] > 0 and 0.0 <= m["experience/outcome_heldout_accuracy"] <= 1.0
+    assert not any("onpolicy_onpolicy" in k for k in m)  # the on-policy outcome verdicts: experience/onpolicy_outcome_*
+    hist = json.loads((tmp_path / "history" / "synthetic_rl.json").read_text())  # every iteration's GRPO-signal share
+    assert hist and all(0.0 <= r["rollout/mixed_groups_share"] <= 1.0 for r in hist)
     assert 0.0 <= m["experience/targets_over_max_new_tokens"] <= 1.0 and m["experience/target_max_tokens"] > 10
     assert (tmp_path / "replay" / "CURRENT").exists() and (tmp_path / "curriculum" / "state.json").exists()
     # the stage's task-generation totals are the saved curriculum's counts

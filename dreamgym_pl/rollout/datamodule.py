@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from dreamgym_pl import dist
 from dreamgym_pl.core import Task, Trajectory
 from dreamgym_pl.envs.base import VecEnv
+from dreamgym_pl.headroom import mixed_groups
 from dreamgym_pl.policy.algos.base import RLAlgorithm, trajectory_return
 from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
 from dreamgym_pl.rollout.actor import policy_actor
@@ -216,7 +217,9 @@ class RolloutDataModule(L.LightningDataModule):
     def account(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
         """Count the iteration's transitions (all ranks) against the budget; the rollout statistics."""
         sums = episode_sums(trajs)
-        tot = dist.all_sum(sums + [sum(trajectory_return(t, self.algo.cfg) for t in trajs)])
+        rets = [trajectory_return(t, self.algo.cfg) for t in trajs]
+        mixed, groups = mixed_groups([t.task.task_id for t in trajs], rets)  # a task's G episodes share a rank
+        tot = dist.all_sum(sums + [sum(rets), float(mixed), float(groups)])
         stats = stats_from_sums(tot[:5])
         self.local_consumed += int(sums[4])
         self.consumed += int(stats["transitions"])
@@ -225,6 +228,8 @@ class RolloutDataModule(L.LightningDataModule):
                 "rollout/mean_return": tot[5] / max(1.0, tot[0]),
                 "rollout/invalid_action_rate": stats["invalid_action_rate"], "rollout/mean_steps": stats["mean_steps"],
                 "rollout/episodes": tot[0],
+                # groups whose returns differ: the only ones that give a group-relative advantage a gradient
+                "rollout/mixed_groups_share": tot[6] / max(1.0, tot[7]),
                 f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration)}
 
     def _notify(self, hook: str, *args: Any) -> None:

@@ -9,22 +9,29 @@ from dreamgym_pl.rollout.collector import episode_stats, run_episodes
 from dreamgym_pl.stages.context import Run
 
 
+def play_agents(run: Run, agents: dict, tasks: list, seed: int, tag: str = "",
+                progress: str = "collect") -> list[tuple[str, list[Trajectory]]]:
+    """(name, episodes) of each scripted agent with a positive count: agent i (seeded `seed + i`) plays `count` episodes
+    cycling over `tasks` from the first; each transition's `info["episode"]` is `<tag><name>-<k>`."""
+    out = []
+    for i, (name, count) in enumerate(agents.items()):
+        if int(count) <= 0:
+            continue
+        agent = make_agent(name, seed=seed + i, eps=run.cfg.collect.noisy_eps, env=run.env)
+        trajs = run_episodes(run.env, [tasks[j % len(tasks)] for j in range(int(count))], agent,
+                             batch_size=run.cfg.collect.batch_size, source=name, progress=f"{progress} {name}")
+        for ep, t in enumerate(trajs):
+            for s in t.transitions:
+                s.info["episode"] = f"{tag}{name}-{ep}"
+        out.append((name, trajs))
+    return out
+
+
 def run_stage(run: Run) -> None:
     """Every agent starts at the same tasks, so the same tasks are played by several agents (DPO pairs,
     contrast for the experience model)."""
-    cfg = run.cfg.collect
-    tasks = run.env.tasks("train")
     all_trajs: list[Trajectory] = []
-    for i, (name, count) in enumerate(cfg.agents.items()):
-        if count <= 0:
-            continue
-        agent_tasks = [tasks[j % len(tasks)] for j in range(count)]
-        agent = make_agent(name, seed=run.cfg.seed + i, eps=cfg.noisy_eps, env=run.env)
-        trajs = run_episodes(run.env, agent_tasks, agent, batch_size=cfg.batch_size, source=name,
-                             progress=f"collect {name}")
-        for ep, t in enumerate(trajs):
-            for s in t.transitions:
-                s.info["episode"] = f"{name}-{ep}"
+    for name, trajs in play_agents(run, run.cfg.collect.agents, run.env.tasks("train"), run.cfg.seed):
         stats = episode_stats(trajs)
         run.record({f"collect/{name}_success_rate": stats["success_rate"], f"collect/{name}_episodes": len(trajs)})
         all_trajs += trajs

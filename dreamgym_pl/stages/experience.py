@@ -190,7 +190,7 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
                     run.cfg.experience.max_new_tokens, outcome=outcome)
     if outcome is not None:
-        res.update(outcome_report(outcome, real, "experience/onpolicy_outcome"))
+        res.update(outcome_report(outcome, real, "open_loop/outcome"))  # -> experience/onpolicy_outcome_* below
     used = sum(len(t.transitions) for t in real)
     # an undefined score (terminal F1 without a success on either side) is left out of metrics.json
     return {"experience/real_transitions": used, "experience/real_resets": len(real),

@@ -40,9 +40,8 @@ def outcome_episodes(run: Run, trajs: Sequence) -> list:
     """`experience.outcome_agents` (scripted agent -> episodes): episodes played for the outcome model only, on the
     tasks of `trajs` (the experience stage's training split, so held-out tasks stay unseen) -> offline/
     outcome_transitions.jsonl (read back on resume), counted as experience/outcome_real_transitions and _resets."""
-    from dreamgym_pl.agents import make_agent
     from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
-    from dreamgym_pl.rollout.collector import run_episodes
+    from dreamgym_pl.stages.collect import play_agents
 
     agents = {k: int(v) for k, v in (run.cfg.experience.get("outcome_agents") or {}).items() if int(v) > 0}
     path = run.dir / "offline" / "outcome_transitions.jsonl"
@@ -54,15 +53,8 @@ def outcome_episodes(run: Run, trajs: Sequence) -> list:
     else:
         by_id = {t.task.task_id: t.task for t in trajs}
         tasks = [by_id[k] for k in sorted(by_id)]
-        out = []
-        for i, (name, count) in enumerate(agents.items()):
-            agent = make_agent(name, seed=run.cfg.seed + 101 + i, eps=run.cfg.collect.noisy_eps, env=run.env)
-            played = run_episodes(run.env, [tasks[j % len(tasks)] for j in range(count)], agent,
-                                  batch_size=run.cfg.collect.batch_size, source=name, progress=f"outcome {name}")
-            for ep, t in enumerate(played):
-                for st in t.transitions:
-                    st.info["episode"] = f"outcome-{name}-{ep}"
-            out += played
+        out = [t for _, played in play_agents(run, agents, tasks, run.cfg.seed + 101, "outcome-", "outcome")
+               for t in played]
         if dist.is_main():
             write_jsonl(path, [st for t in out for st in t.transitions])
         dist.barrier()

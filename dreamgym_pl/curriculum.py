@@ -27,11 +27,16 @@ def task_variance(rewards: Sequence[float]) -> float:
     return sum((r - m) ** 2 for r in rewards) / len(rewards)
 
 
-def group_variances(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, float]:
+def group_rewards(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, list[float]]:
+    """task id -> its episodes' rewards, in order."""
     groups: dict[str, list[float]] = {}
     for t, r in zip(task_ids, rewards):
         groups.setdefault(t, []).append(float(r))
-    return {t: task_variance(rs) for t, rs in groups.items()}
+    return groups
+
+
+def group_variances(task_ids: Sequence[str], rewards: Sequence[float]) -> dict[str, float]:
+    return {t: task_variance(rs) for t, rs in group_rewards(task_ids, rewards).items()}
 
 
 def select_seeds(variances: dict[str, float], min_variance: float, num_seeds: int) -> list[str]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from math import comb
 from typing import Sequence
 
+from dreamgym_pl.curriculum import group_rewards
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """1 - C(n - c, k) / C(n, k): the chance that k of the n samples, drawn without replacement, hold a success."""
@@ -20,19 +22,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def mixed_count(groups: Sequence[Sequence[float]]) -> int:
+    """How many groups have rewards that are not all equal (the groups GRPO learns from)."""
+    return sum(1 for g in groups if len(set(g)) > 1)
+
+
 def signal_share(groups: Sequence[Sequence[float]]) -> float:
-    """The share of groups whose rewards are not all equal (the groups GRPO learns from)."""
-    if not groups:
-        return 0.0
-    return sum(1 for g in groups if len(set(g)) > 1) / len(groups)
+    """The share of groups whose rewards are not all equal."""
+    return mixed_count(groups) / len(groups) if groups else 0.0
 
 
-def mixed_groups(task_ids: Sequence[object], rewards: Sequence[float]) -> tuple[int, int]:
+def mixed_groups(task_ids: Sequence[str], rewards: Sequence[float]) -> tuple[int, int]:
     """(groups whose rewards are not all equal, groups): episodes grouped by task id, as GRPO groups them."""
-    by: dict[object, list[float]] = {}
-    for t, r in zip(task_ids, rewards):
-        by.setdefault(t, []).append(float(r))
-    return sum(1 for g in by.values() if len(set(g)) > 1), len(by)
+    groups = list(group_rewards(task_ids, rewards).values())
+    return mixed_count(groups), len(groups)
 
 
 def headroom(successes: Sequence[Sequence[int]], ks: Sequence[int]) -> dict[str, float]:

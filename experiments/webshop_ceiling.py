@@ -16,14 +16,10 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dreamgym_pl.envs.webshop.agents import goal_query  # noqa: E402
-from dreamgym_pl.envs.webshop.reward import goal_option_values, purchase_reward  # noqa: E402
+from dreamgym_pl.envs.webshop.reward import goal_option_values, reward_with_goal_options  # noqa: E402
 
 
-def bought_reward(product: dict[str, Any], goal: dict[str, Any]) -> float:
-    """The reward of buying `product` with every goal option it offers selected."""
-    wanted = goal_option_values(goal)
-    have = [v for vals in product.get("options", {}).values() for v in vals if v in wanted]
-    return purchase_reward(product, have, goal)["reward"]
+bought_reward = reward_with_goal_options  # buying a product with every goal option it offers selected
 
 
 def offers_goal_options(product: dict[str, Any], goal: dict[str, Any]) -> bool:

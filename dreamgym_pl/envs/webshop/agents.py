@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from dreamgym_pl.agents import ScriptedAgent
 from dreamgym_pl.core import Observation, Task
 from dreamgym_pl.envs.base import SCRIPTED_AGENTS
-from dreamgym_pl.envs.webshop.reward import goal_option_values, purchase_reward
+from dreamgym_pl.envs.webshop.reward import goal_option_values, reward_with_goal_options
 
 _QUERY_DROP = {"i", "need", "am", "looking", "for", "find", "me", "want", "a", "an", "the", "and", "with", "price",
                "lower", "than", "dollars"}
@@ -86,10 +86,7 @@ class WebShopOracle(ScriptedAgent):
             return False
         key = (asin, task.task_id)
         if key not in self._ok:
-            p = self.catalogue[asin]
-            wanted = goal_option_values(task.goal)
-            have = [v for vals in p.get("options", {}).values() for v in vals if v in wanted]
-            self._ok[key] = purchase_reward(p, have, g)["reward"] >= 1.0 - 1e-9
+            self._ok[key] = reward_with_goal_options(self.catalogue[asin], g) >= 1.0 - 1e-9
         return self._ok[key]
 
     def begin(self, tasks: Sequence[Task]) -> None:

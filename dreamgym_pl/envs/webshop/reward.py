@@ -86,6 +86,14 @@ def goal_option_values(goal: dict[str, Any]) -> list[str]:
     return list(go.values()) if isinstance(go, dict) else list(go)
 
 
+def reward_with_goal_options(product: dict[str, Any], goal: dict[str, Any]) -> float:
+    """The reward of buying `product` with every goal option it offers selected (what the oracle checks, and the
+    best a buyer of that product can get)."""
+    wanted = goal_option_values(goal)
+    have = [v for vals in product.get("options", {}).values() for v in vals if v in wanted]
+    return purchase_reward(product, have, goal)["reward"]
+
+
 def purchase_reward(purchased: dict[str, Any], selected_options: Iterable[str], goal: dict[str, Any]) -> dict[str, float]:
     """The full reward and its parts for buying `purchased` with `selected_options` against `goal`."""
     goal_attrs = goal.get("attributes", [])

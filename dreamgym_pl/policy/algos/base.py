@@ -126,7 +126,8 @@ class RLAlgorithm(Objective):
         loss = pg
         logs: dict[str, Any] = {"losses/policy": pg.detach(), "losses/clip_frac": stats["clip_frac"]}
         if a.entropy_coef > 0:
-            ent = losses.masked_mean(losses.entropy_from_logits(out.logits[:, :-1] / self.logit_temperature), mask)
+            logits, t = out.logits[:, :-1], self.logit_temperature
+            ent = losses.masked_mean(losses.entropy_from_logits(logits if t == 1.0 else logits / t), mask)
             loss = loss - a.entropy_coef * ent
             logs["losses/entropy"] = ent.detach()
         if a.kl_coef > 0 and "ref_logp" in batch:

@@ -10,13 +10,15 @@ from typing import Any, Callable, Iterator
 import torch
 
 from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.samples import causal_attention_mask
 
 log = logging.getLogger("dreamgym_pl")
 
 
 def target_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Mean negative log-probability of the batch's target tokens (`collate`'s `loss_mask`)."""
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+    out = model(input_ids=batch["input_ids"], attention_mask=causal_attention_mask(batch["attention_mask"]),
+                use_cache=False)
     return -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
 
 

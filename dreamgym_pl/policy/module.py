@@ -22,6 +22,7 @@ import torch
 from dreamgym_pl.models import add_reference_adapter, is_peft, reference_adapter
 from dreamgym_pl.policy import losses
 from dreamgym_pl.policy.algos.base import Objective
+from dreamgym_pl.policy.samples import causal_attention_mask
 
 
 class PolicyModule(L.LightningModule):
@@ -52,8 +53,8 @@ class PolicyModule(L.LightningModule):
 
     # ----- model calls ----------------------------------------------------------------------------
     def _forward(self, model: Any, batch: dict[str, torch.Tensor], hidden: bool = False):
-        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=hidden,
-                     use_cache=False)
+        return model(input_ids=batch["input_ids"], attention_mask=causal_attention_mask(batch["attention_mask"]),
+                     output_hidden_states=hidden, use_cache=False)
 
     @contextmanager
     def _reference(self):

@@ -46,6 +46,17 @@ def trajectory_samples(traj: Trajectory, tokenizer: Any, prompt_cfg: PromptConfi
     return out
 
 
+def causal_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The attention mask to give a causal LM for a batch: None when every row is right-padded (ones, then
+    zeros), as `collate` pads. A causal model's real tokens never attend to the padding after them and their
+    positions count from 0 either way, so their logits are the same without the mask (padding positions differ;
+    every loss masks them), and without a mask SDPA runs its causal kernel instead of a masked one (measured by
+    experiments/bench_train_step.py). Any other padding keeps its mask."""
+    if attention_mask.shape[1] < 2 or bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
+        return None
+    return attention_mask
+
+
 def collate(samples: Sequence[StepSample], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded batch. `loss_mask[b, t]` = 1 where token t+1 is a response token (aligned with
     `token_logprobs`); `prompt_last` = index of the prompt's last token (value head)."""

@@ -24,14 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from dreamgym_pl.policy import losses  # noqa: E402
+from dreamgym_pl.experience.train_steps import logits_target_loss  # noqa: E402
 from dreamgym_pl.policy.samples import StepSample, causal_attention_mask, collate  # noqa: E402
 
 
 def step_seconds(model, batch, mask) -> tuple[float, float]:
     t0 = time.perf_counter()
     out = model(input_ids=batch["input_ids"], attention_mask=mask, use_cache=False)
-    loss = -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
+    loss = logits_target_loss(out.logits, batch)
     loss.backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - t0, float(loss)

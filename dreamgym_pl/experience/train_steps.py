@@ -15,11 +15,16 @@ from dreamgym_pl.policy.samples import causal_attention_mask
 log = logging.getLogger("dreamgym_pl")
 
 
+def logits_target_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean negative log-probability, under `logits`, of the batch's target tokens (`collate`'s `loss_mask`)."""
+    return -losses.masked_mean(losses.token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
+
+
 def target_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean negative log-probability of the batch's target tokens (`collate`'s `loss_mask`)."""
+    """`logits_target_loss` of `model` on the batch."""
     out = model(input_ids=batch["input_ids"], attention_mask=causal_attention_mask(batch["attention_mask"]),
                 use_cache=False)
-    return -losses.masked_mean(losses.token_logprobs(out.logits, batch["input_ids"]), batch["loss_mask"])
+    return logits_target_loss(out.logits, batch)
 
 
 def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr: float, warmup_steps: int = 0,

@@ -69,3 +69,12 @@ def paired_bootstrap(a: Sequence[dict[str, float]], b: Sequence[dict[str, float]
         reps.append(sum(diffs[s][i] for s in seeds for i in idx) / (n * len(goals)))
     reps.sort()
     return mean, reps[int(0.025 * (n_boot - 1))], reps[int(0.975 * (n_boot - 1))]
+
+
+def flips(a: dict[str, float], b: dict[str, float]) -> tuple[int, int, int]:
+    """(goals B gains over A, goals B loses, common goals) on one pair of runs: the discordant pairs of
+    success outcomes. Their sum over the common goals is how much of B's greedy behaviour differs in outcome
+    from A's; a small net change can hide a large churn (measured: real GRPO at 24k real transitions fixes 50
+    test goals and breaks 43 of its SFT start's)."""
+    goals = common_goals([a, b])
+    return (sum(1 for g in goals if b[g] > a[g]), sum(1 for g in goals if b[g] < a[g]), len(goals))

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from dreamgym_pl.outcomes import common_goals, paired_bootstrap, read_outcomes  # noqa: E402
+from dreamgym_pl.outcomes import common_goals, flips, paired_bootstrap, read_outcomes  # noqa: E402
 
 
 def main() -> None:
@@ -36,6 +36,9 @@ def main() -> None:
     for name, runs in (("A", a), ("B", b)):
         print(f"{name}: " + ", ".join(f"seed {s} {sum(r[g] for g in goals) / len(goals):.3f}" for s, r in runs.items())
               + f" ({args.key} over the {len(goals)} common goals)")
+    for s in (list(b) if len(b) > 1 else list(a)):
+        up, down, n = flips(a[s if len(a) > 1 else next(iter(a))], b[s if len(b) > 1 else next(iter(b))])
+        print(f"seed {s}: B better on {up} goals, worse on {down}, of {n} ({(up + down) / n:.2f} of them differ)")
     verdict = "above 0" if lo > 0 else "below 0" if hi < 0 else "contains 0: not shown"
     print(f"B - A over {len(goals)} goals x {max(len(a), len(b))} seeds: {mean:+.4f} "
           f"(95% paired-bootstrap CI {lo:+.4f} .. {hi:+.4f}; {verdict})")

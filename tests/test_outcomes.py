@@ -3,7 +3,7 @@
 import pytest
 
 from dreamgym_pl.core import Task, Trajectory, Transition, Observation
-from dreamgym_pl.outcomes import outcome_rows, paired_bootstrap, read_outcomes, write_outcomes
+from dreamgym_pl.outcomes import flips, outcome_rows, paired_bootstrap, read_outcomes, write_outcomes
 from dreamgym_pl.run import CorruptFileError
 
 
@@ -55,3 +55,36 @@ def test_paired_bootstrap_refuses_unpairable_runs():
         paired_bootstrap([{"g": 0}], [{"h": 1}])
     with pytest.raises(ValueError, match="n_boot"):
         paired_bootstrap([{"g": 0}], [{"g": 1}], n_boot=0)
+
+
+def test_flips_hand_values():
+    a = {"g1": 0, "g2": 1, "g3": 1, "g4": 0, "only_a": 1}
+    b = {"g1": 1, "g2": 0, "g3": 1, "g4": 0, "only_b": 0}
+    assert flips(a, b) == (1, 1, 4)  # g1 gained, g2 lost, g3/g4 unchanged; goals outside both are ignored
+    assert flips(b, a) == (1, 1, 4)
+    assert flips(a, a) == (0, 0, 5)
+    assert flips({"g": 0}, {"g": 1}) == (1, 0, 1)
+
+
+def test_compare_runs_prints_the_flips(tmp_path, monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    def run_dir(name, seed, successes):
+        d = tmp_path / name
+        (d / "eval").mkdir(parents=True)
+        (d / "config.yaml").write_text(f"seed: {seed}\n")
+        write_outcomes(d / "eval" / "test_outcomes.jsonl",
+                       [{"task_id": f"g{i}", "success": s, "score": float(s)} for i, s in enumerate(successes)])
+        return str(d)
+
+    sft = run_dir("sft", 0, [0, 1, 1, 0])
+    rl = [run_dir("rl0", 0, [1, 0, 1, 0]), run_dir("rl1", 1, [1, 1, 1, 1])]
+    script = Path(__file__).resolve().parents[1] / "experiments" / "compare_runs.py"
+    monkeypatch.setattr(sys, "argv", ["compare_runs.py", "--a", sft, "--b", *rl, "--n-boot", "50"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "seed 0: B better on 1 goals, worse on 1, of 4 (0.50 of them differ)" in out
+    assert "seed 1: B better on 2 goals, worse on 0, of 4 (0.50 of them differ)" in out
+    assert "B - A over 4 goals x 2 seeds: +0.2500" in out  # (0 + 2) / 8

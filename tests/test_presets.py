@@ -26,12 +26,17 @@ def test_deepspeed_on_cpu_fails_before_work(tmp_path):
         validate(compose(["trainer=deepspeed", "trainer.accelerator=cpu"]), tmp_path)
 
 
-@pytest.mark.parametrize("name", ["llama32_3b", "llama31_8b", "qwen25_7b", "hf", "tiny"])
+@pytest.mark.parametrize("name", ["llama32_3b", "llama31_8b", "qwen25_7b", "hf", "tiny", "tiny_192"])
 def test_model_presets_compose(name):
     overrides = [f"model={name}"] + (["model.name_or_path=/models/x"] if name == "hf" else [])
     m = compose(overrides).model
     assert m.name_or_path
-    if name != "tiny":
+    if name == "tiny_192":  # the tiny model at width 192: everything else is model=tiny's
+        tiny = compose(["model=tiny"]).model
+        assert (m.hidden_size, m.intermediate_size) == (192, 480)
+        assert {k: v for k, v in m.items() if k not in ("hidden_size", "intermediate_size")} == \
+            {k: v for k, v in tiny.items() if k not in ("hidden_size", "intermediate_size")}
+    elif name != "tiny":
         assert m.lora.enabled and m.lora.r > 0 and "q_proj" in m.lora.target_modules and m.dtype == "bfloat16"
 
 

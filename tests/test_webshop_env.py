@@ -259,3 +259,29 @@ def test_show_attributes_lists_them_on_the_item_page(shop):
     assert attrs in pages[0] and "attributes:" not in pages[1]
     r = shown.step("click[buy now]")
     assert r.done and r.info["selected"] == {}
+
+
+def test_show_result_options_lists_them_on_the_results_page(shop):
+    from dreamgym_pl.envs.webshop.env import result_options
+
+    assert result_options({"size": ["small", "large"], "color": ["red"]}) == "size: small, large ; color: red"
+    task = next(t for t in shop.tasks("train") if shop.products[shop.by_asin[t.goal["asin"]]]["options"])
+    shown, hidden = WebShopEnv(shop, show_result_options=True), WebShopEnv(shop)
+    pages = []
+    for env in (shown, hidden):
+        env.reset(task)
+        pages.append(env.step(f"search[{goal_query(task)}]").observation)
+    assert pages[0].admissible == pages[1].admissible  # listed, not clickable
+    listed = [shop.products[i] for i in shown._page_results()]
+    for p in listed:
+        if p["options"]:
+            assert result_options(p["options"]) in pages[0].text
+    assert any(p["options"] for p in listed)
+    # the same page otherwise: dropping the option lines gives the page without them
+    opts = {result_options(p["options"]) for p in listed if p["options"]}
+    assert [x for x in pages[0].text.split(" [SEP] ") if x not in opts] == pages[1].text.split(" [SEP] ")
+    parts = pages[0].text.split(" [SEP] ")
+    for p in listed:  # each entry: handle, title, price, then its options
+        if p["options"]:
+            assert parts[parts.index(p["Title"]) + 2] == result_options(p["options"])
+    assert len(pages[0].text) > len(pages[1].text)

@@ -45,6 +45,12 @@ def click_key(s: str) -> str:
     return re.sub(r"\s+", "", s.lower())
 
 
+def result_options(options: dict[str, list[str]]) -> str:
+    """A listed product's options in one line of its results entry (`show_result_options`):
+    `size: small, large ; color: red` (not clickable there: the item page offers them)."""
+    return " ; ".join(f"{otype}: " + ", ".join(vals) for otype, vals in options.items())
+
+
 def fmt_price(p: float) -> str:
     return f"${p:.2f}"
 
@@ -92,11 +98,12 @@ class WebShopEnv:
     """One episode at a time over a shared WebShopEngine."""
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin", show_attributes: bool = False):
+                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False):
         if product_ids not in ("asin", "index"):
             raise ValueError(f"env.product_ids: must be asin or index, got {product_ids!r}")
         self.product_ids = product_ids
         self.show_attributes = show_attributes
+        self.show_result_options = show_result_options
         self.engine = engine
         self.max_steps = max_steps
         self.show_instruction = show_instruction
@@ -156,6 +163,8 @@ class WebShopEnv:
                 for k, i in enumerate(self._page_results()):
                     p = e.products[i]
                     parts += [self._handle(k, i), p["Title"], fmt_price(p["Price"])]
+                    if self.show_result_options and p["options"]:  # what the item page will offer, to choose by
+                        parts.append(result_options(p["options"]))
             elif s.page == "item":
                 p = e.products[s.item]
                 parts += [BACK, PREV]

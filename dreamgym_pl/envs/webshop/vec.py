@@ -28,10 +28,11 @@ class WebShopVecEnv(SerialVecEnv):
     atomic_words = ("[SEP]",)
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin", show_attributes: bool = False):
-        WebShopEnv(engine, max_steps, show_instruction, product_ids, show_attributes)  # validates the arguments now
+                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False):
+        # validates the arguments now
+        WebShopEnv(engine, max_steps, show_instruction, product_ids, show_attributes, show_result_options)
         self.engine = engine
-        self._env_args = (max_steps, show_instruction, product_ids, show_attributes)
+        self._env_args = (max_steps, show_instruction, product_ids, show_attributes, show_result_options)
         super().__init__(self._new_env, engine.tasks, max_steps)
         self._by_type = products_by_type(engine.products)
 
@@ -87,5 +88,7 @@ class WebShopVecEnv(SerialVecEnv):
 
 @register("webshop", scripted_agents=WEBSHOP_AGENTS)
 def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
-                 show_attributes: bool = False, **engine_kwargs: Any) -> WebShopVecEnv:
-    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes)
+                 show_attributes: bool = False, show_result_options: bool = False,
+                 **engine_kwargs: Any) -> WebShopVecEnv:
+    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes,
+                         show_result_options)

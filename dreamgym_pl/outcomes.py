@@ -71,10 +71,10 @@ def paired_bootstrap(a: Sequence[dict[str, float]], b: Sequence[dict[str, float]
     return mean, reps[int(0.025 * (n_boot - 1))], reps[int(0.975 * (n_boot - 1))]
 
 
-def flips(a: dict[str, float], b: dict[str, float]) -> tuple[int, int, int]:
-    """(goals B gains over A, goals B loses, common goals) on one pair of runs: the discordant pairs of
-    success outcomes. Their sum over the common goals is how much of B's greedy behaviour differs in outcome
-    from A's; a small net change can hide a large churn (measured: real GRPO at 24k real transitions fixes 50
-    test goals and breaks 43 of its SFT start's)."""
-    goals = common_goals([a, b])
+def flips(a: dict[str, float], b: dict[str, float], goals: Sequence[str] | None = None) -> tuple[int, int, int]:
+    """(goals where B's value is above A's, goals where it is below, goals compared) on one pair of runs, over
+    `goals` (default: the goals both hold): for success outcomes, the discordant pairs. Their sum is how much of
+    B's greedy behaviour differs in outcome from A's; a small net change can hide a large churn (measured: real
+    GRPO at 24k real transitions fixes 50 test goals and breaks 43 of its SFT start's)."""
+    goals = common_goals([a, b]) if goals is None else list(goals)
     return (sum(1 for g in goals if b[g] > a[g]), sum(1 for g in goals if b[g] < a[g]), len(goals))

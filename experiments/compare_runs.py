@@ -1,7 +1,8 @@
 """Method B against method A over the same goals and seeds: the mean difference of success (or score) with a 95%
 paired-bootstrap interval (goals and seeds resampled; `dreamgym_pl/outcomes.py`), from the runs' eval stages
 (`<run dir>/eval/<split>_outcomes.jsonl`). Runs pair by their `seed` (config.yaml); one run on a side (a
-deterministic start such as SFT) pairs with every run of the other.
+deterministic start such as SFT) pairs with every run of the other. Each pair's flips are printed too: on how many
+goals B is better and worse than A (`outcomes.flips`), how much of the behaviour changed beneath the mean.
 
     python experiments/compare_runs.py --a SFT_DIR --b RL_SEED0 RL_SEED1 RL_SEED2 [--split test] [--key success]
 """
@@ -36,12 +37,23 @@ def main() -> None:
     for name, runs in (("A", a), ("B", b)):
         print(f"{name}: " + ", ".join(f"seed {s} {sum(r[g] for g in goals) / len(goals):.3f}" for s, r in runs.items())
               + f" ({args.key} over the {len(goals)} common goals)")
-    for s in (list(b) if len(b) > 1 else list(a)):
-        up, down, n = flips(a[s if len(a) > 1 else next(iter(a))], b[s if len(b) > 1 else next(iter(b))])
-        print(f"seed {s}: B better on {up} goals, worse on {down}, of {n} ({(up + down) / n:.2f} of them differ)")
+    for sa, sb in seed_pairs(list(a), list(b)):
+        up, down, n = flips(a[sa], b[sb], goals)
+        # the seed of the side with several runs (a single run is a start paired with each); both single: both
+        name = f"seed {sb}" if len(b) > 1 else f"seed {sa}" if len(a) > 1 or sa == sb else f"seed {sa} vs {sb}"
+        print(f"{name}: B better on {up} goals, worse on {down}, of {n} ({(up + down) / n:.2f} of them differ)")
     verdict = "above 0" if lo > 0 else "below 0" if hi < 0 else "contains 0: not shown"
     print(f"B - A over {len(goals)} goals x {max(len(a), len(b))} seeds: {mean:+.4f} "
           f"(95% paired-bootstrap CI {lo:+.4f} .. {hi:+.4f}; {verdict})")
+
+
+def seed_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:
+    """The (A seed, B seed) pairs compared: equal seeds, or a single run on one side with each run of the other."""
+    if len(a) == 1:
+        return [(a[0], s) for s in b]
+    if len(b) == 1:
+        return [(s, b[0]) for s in a]
+    return list(zip(a, b))
 
 
 def runs_by_seed(dirs: list[Path], split: str, key: str) -> dict[int, dict[str, float]]:

@@ -64,6 +64,7 @@ def test_flips_hand_values():
     assert flips(b, a) == (1, 1, 4)
     assert flips(a, a) == (0, 0, 5)
     assert flips({"g": 0}, {"g": 1}) == (1, 0, 1)
+    assert flips(a, b, goals=["g1", "g3"]) == (1, 0, 2)  # only the goals asked for (compare_runs: every run's)
 
 
 def test_compare_runs_prints_the_flips(tmp_path, monkeypatch, capsys):
@@ -88,3 +89,10 @@ def test_compare_runs_prints_the_flips(tmp_path, monkeypatch, capsys):
     assert "seed 0: B better on 1 goals, worse on 1, of 4 (0.50 of them differ)" in out
     assert "seed 1: B better on 2 goals, worse on 0, of 4 (0.50 of them differ)" in out
     assert "B - A over 4 goals x 2 seeds: +0.2500" in out  # (0 + 2) / 8
+    # one run a side with different seeds; flips count the goals every run holds (g3 is missing from B)
+    other = run_dir("rl3", 3, [1, 1])
+    monkeypatch.setattr(sys, "argv", ["compare_runs.py", "--a", sft, "--b", other, "--n-boot", "50"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "seed 0 vs 3: B better on 1 goals, worse on 0, of 2 (0.50 of them differ)" in out
+    assert "B - A over 2 goals x 1 seeds: +0.5000" in out

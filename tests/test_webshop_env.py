@@ -285,3 +285,13 @@ def test_show_result_options_lists_them_on_the_results_page(shop):
         if p["options"]:
             assert parts[parts.index(p["Title"]) + 2] == result_options(p["options"])
     assert len(pages[0].text) > len(pages[1].text)
+    # a listed product without options gets no options entry
+    bare = shown._page_results()[0]
+    saved = shop.products[bare]["options"]
+    try:
+        shop.products[bare]["options"] = {}
+        text = shown._render().text.split(" [SEP] ")
+    finally:
+        shop.products[bare]["options"] = saved
+    title = shop.products[bare]["Title"]
+    assert text[text.index(title) + 2] == shown._handle(1, shown._page_results()[1])  # straight to the next entry

@@ -1,7 +1,7 @@
 """The built-in WebShop environment in WebShop's text mode.
 
-Pages: search -> results (paged) -> item (options, description, features, reviews; with `show_attributes` also
-the product's attributes) -> buy.
+Pages: search -> results (paged; with `show_result_options` each entry also lists the product's options) -> item
+(options, description, features, reviews; with `show_attributes` also the product's attributes) -> buy.
 Observations join page elements with ` [SEP] ` and list the admissible actions; actions are
 `search[query]` and `click[element]`. An invalid action leaves the page unchanged, says so in the
 observation and is counted in `info`. The episode ends on `click[buy now]` (reward = WebShop's purchase

@@ -65,3 +65,20 @@ def test_grpo_episode_step_weight():
     out = algo.with_advantages(trajs, per, None, 0)
     assert [s.scalars["adv"] for s in out] == pytest.approx([1.0, -1 / 3, -1 / 3, -1 / 3])
     assert sum(s.scalars["adv"] for s in out) == pytest.approx(0.0)  # no net push on what all steps share
+
+
+def test_grpo_self_critical_baseline():
+    """algo.baseline=greedy: each return minus its task's greedy return (task a: greedy failed, so the success gets
+    +1 and the failure 0; task b: greedy succeeded, so both failures get -1; one invalid action costs 0.1)."""
+    algo = GRPO(GRPOConfig(reward="success", invalid_penalty=0.1, baseline="greedy"))
+    trajs = [_traj("a", [1.0], [False], True), _traj("a", [0.0], [False], False),
+             _traj("b", [0.0, 0.0], [True, False], False), _traj("b", [0.0], [False], False)]
+    per = [[StepSample([1], [2]) for _ in t.transitions] for t in trajs]
+    out = algo.with_advantages(trajs, per, None, 0, baselines={"a": 0.0, "b": 1.0})
+    assert [s.scalars["adv"] for s in out] == pytest.approx([1.0, 0.0, -1.1, -1.1, -1.0])
+    with pytest.raises(ValueError, match="greedy"):
+        algo.with_advantages(trajs, per, None, 0)
+    with pytest.raises(KeyError, match="no greedy baseline"):
+        algo.with_advantages(trajs, per, None, 0, baselines={"a": 0.0})
+    with pytest.raises(ValueError, match="algo.baseline"):
+        GRPO(GRPOConfig(baseline="mean")).with_advantages(trajs, per, None, 0)

@@ -121,3 +121,21 @@ def test_tiny_tokenizer_covers_the_experience_format(tmp_path):
                           "searching for red tea lists the best matching products ranked by relevance", ExperienceFormat())
     ids = tok(target, add_special_tokens=False)["input_ids"]
     assert tok.unk_token_id not in ids
+
+
+def test_grpo_self_critical_baseline_tiny(tmp_path):
+    """algo.baseline=greedy: each iteration also plays one greedy episode per task; they count against the budget
+    (the budget grows by more than the sampled episodes' steps, by at least one step per task) and report their own
+    success rate."""
+    cfg = compose(["conf=webshop_grpo", *TINY, "algo.baseline=greedy", "stages=[collect,sft,rl]"])
+    m = run_pipeline(cfg, tmp_path)
+    hist = json.loads((tmp_path / "history" / "rl.json").read_text())
+    assert hist and all(0.0 <= h["rollout/greedy_success_rate"] <= 1.0 for h in hist)
+    before = 0.0  # the rl stage's budget counts from 0
+    for h in hist:
+        sampled = h["rollout/episodes"] * h["rollout/mean_steps"]
+        greedy = h["budget/real_transitions"] - before - sampled
+        assert greedy >= 4 - 1e-6  # tasks_per_iter greedy episodes of >= 1 step each
+        assert greedy <= 4 * 10 + 1e-6  # ... of at most max_steps each
+        before = h["budget/real_transitions"]
+    assert m["rl/real_transitions"] == before

@@ -127,6 +127,9 @@ class RolloutDataModule(L.LightningDataModule):
         engine = self.engine_factory(module.model, module.tokenizer)
         c = self.algo.cfg
         actor = policy_actor(engine, self.prompt_cfg, self.action_env, c.temperature, c.max_new_tokens, c.top_p)
+        self_critical = getattr(c, "baseline", "group") == "greedy"
+        greedy_actor = policy_actor(engine, self.prompt_cfg, self.action_env, 0.0, c.max_new_tokens, c.top_p) \
+            if self_critical else None
         if self.resume_batches is not None:  # the checkpoint's iteration whose rollouts were made before it
             seq, self.resume_batches = self.resume_batches, None
             module.pending_logs = dict(self.resume_logs)
@@ -137,13 +140,17 @@ class RolloutDataModule(L.LightningDataModule):
             rng = iteration_rng(self.seed, self.iteration, SHUFFLE_STREAM)
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
+            # self-critical baseline: one greedy episode of each task, counted against the budget, not trained on
+            greedy = self.rollout(tasks, engine, greedy_actor, group_size=1)[0] if self_critical else []
             # an episode that an unparseable synthetic transition ended says nothing about the policy: it is
             # counted against the budget but left out of the policy loss
             learn = [t for t in trajs if not any(s.info.get("invalid_output") for s in t.transitions)]
-            samples = self.algo.with_advantages(learn, self._step_samples(learn), module, module.tokenizer.pad_token_id)
+            extra = {"baselines": {t.task.task_id: trajectory_return(t, c) for t in greedy}} if self_critical else {}
+            samples = self.algo.with_advantages(learn, self._step_samples(learn), module, module.tokenizer.pad_token_id,
+                                                **extra)
             rng.shuffle(samples)
             batches = self.minibatches(samples, module)
-            logs = {**self.account(trajs), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
+            logs = {**self.account(trajs, greedy), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
             self._notify("on_rollouts_end", trajs, logs)
             module.pending_logs = dict(logs)  # logged with the iteration's first training step
             self.history.append(dict(logs))
@@ -181,11 +188,13 @@ class RolloutDataModule(L.LightningDataModule):
         self.rank_log.append([t.task_id for t in mine])
         return mine
 
-    def rollout(self, tasks: Sequence[Task], engine: Any, actor: Any) -> tuple[list[Trajectory], dict[str, float]]:
-        """group_size episodes of every task with the current weights."""
+    def rollout(self, tasks: Sequence[Task], engine: Any, actor: Any,
+                group_size: int | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+        """group_size (default: the algorithm's) episodes of every task with the current weights."""
         engine.load_weights(self.trainer.lightning_module.model)
         t0, tok0 = time.perf_counter(), engine.generated_tokens
-        trajs = run_episodes(self.env, [t for t in tasks for _ in range(self.algo.cfg.group_size)], actor,
+        g = self.algo.cfg.group_size if group_size is None else group_size
+        trajs = run_episodes(self.env, [t for t in tasks for _ in range(g)], actor,
                              batch_size=self.rollout_batch, source=self.source)
         gen_s = time.perf_counter() - t0
         self.rollout_s += gen_s
@@ -214,23 +223,28 @@ class RolloutDataModule(L.LightningDataModule):
             batches.append(b)
         return batches
 
-    def account(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
-        """Count the iteration's transitions (all ranks) against the budget; the rollout statistics."""
+    def account(self, trajs: Sequence[Trajectory], greedy: Sequence[Trajectory] = ()) -> dict[str, float]:
+        """Count the iteration's transitions (all ranks) against the budget; the rollout statistics (of the sampled
+        episodes; `greedy`, the self-critical baseline's episodes, count against the budget and get their own
+        success rate)."""
         sums = episode_sums(trajs)
+        gsums = episode_sums(greedy)
         rets = [trajectory_return(t, self.algo.cfg) for t in trajs]
         mixed, groups = mixed_groups([t.task.task_id for t in trajs], rets)  # a task's G episodes share a rank
-        tot = dist.all_sum(sums + [sum(rets), float(mixed), float(groups)])
+        tot = dist.all_sum(sums + [sum(rets), float(mixed), float(groups)] + gsums)
         stats = stats_from_sums(tot[:5])
-        self.local_consumed += int(sums[4])
-        self.consumed += int(stats["transitions"])
-        self.episodes += int(tot[0])
+        gstats = stats_from_sums(tot[8:])
+        self.local_consumed += int(sums[4] + gsums[4])
+        self.consumed += int(stats["transitions"] + gstats["transitions"])
+        self.episodes += int(tot[0] + tot[8])
         return {"rollout/success_rate": stats["success_rate"], "rollout/mean_score": stats["mean_score"],
                 "rollout/mean_return": tot[5] / max(1.0, tot[0]),
                 "rollout/invalid_action_rate": stats["invalid_action_rate"], "rollout/mean_steps": stats["mean_steps"],
                 "rollout/episodes": tot[0],
                 # groups whose returns differ: the only ones that give a group-relative advantage a gradient
                 "rollout/mixed_groups_share": tot[6] / max(1.0, tot[7]),
-                f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration)}
+                f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration),
+                **({"rollout/greedy_success_rate": gstats["success_rate"]} if tot[8] else {})}
 
     def _notify(self, hook: str, *args: Any) -> None:
         trainer = self.trainer

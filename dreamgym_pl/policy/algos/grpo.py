@@ -18,6 +18,8 @@ class GRPOConfig(RLConfig):
     normalize_std: bool = False   # true: divide by the group std (verl-agent); false: subtract the group mean only
     step_weight: str = "step"     # step: every step carries its episode's advantage (verl-agent); episode: scaled by
                                   # mean length / the episode's length, so that each episode counts once
+    baseline: str = "group"       # group: the group's mean return (GRPO); greedy: the return of one extra episode of the
+                                  # task decoded greedily (self-critical, losses.baseline_advantages)
 
 
 class GRPO(RLAlgorithm):
@@ -25,10 +27,19 @@ class GRPO(RLAlgorithm):
     config_cls = GRPOConfig
 
     def with_advantages(self, trajs: Sequence[Trajectory], per_traj: list[list[StepSample]], module: Any,
-                        pad_id: int) -> list[StepSample]:
+                        pad_id: int, baselines: dict[str, float] | None = None) -> list[StepSample]:
+        """`baselines` (task id -> the greedy episode's return) is required with `baseline: greedy`."""
         cfg: GRPOConfig = self.cfg  # type: ignore[assignment]
         rets = [trajectory_return(t, cfg) for t in trajs]
-        adv = losses.group_advantages(rets, [t.task.task_id for t in trajs], cfg.adv_eps, cfg.normalize_std)
+        ids = [t.task.task_id for t in trajs]
+        if cfg.baseline == "greedy":
+            if baselines is None:
+                raise ValueError("algo.baseline=greedy needs the greedy episodes' returns (the RL loop plays them)")
+            adv = losses.baseline_advantages(rets, ids, baselines)
+        elif cfg.baseline == "group":
+            adv = losses.group_advantages(rets, ids, cfg.adv_eps, cfg.normalize_std)
+        else:
+            raise ValueError(f"algo.baseline must be group or greedy, got {cfg.baseline!r}")
         if cfg.step_weight == "episode":
             adv = [a * w for a, w in zip(adv, losses.episode_weights([len(ss) for ss in per_traj]))]
         elif cfg.step_weight != "step":

@@ -266,7 +266,7 @@ RULES: dict[str, Rule] = {
     "algo.adv_eps": POS,
     "algo.normalize_std": BOOL,
     "algo.step_weight": one_of("step", "episode"),
-    "algo.baseline": one_of("group", "greedy"),
+    "algo.baseline": one_of("group", "greedy", "group_greedy"),
     "algo.gamma": PROB,
     "algo.gae_lambda": PROB,
     "algo.vf_coef": NONNEG,

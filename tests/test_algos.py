@@ -82,3 +82,13 @@ def test_grpo_self_critical_baseline():
         algo.with_advantages(trajs, per, None, 0, baselines={"a": 0.0})
     with pytest.raises(ValueError, match="algo.baseline"):
         GRPO(GRPOConfig(baseline="mean")).with_advantages(trajs, per, None, 0)
+
+
+def test_grpo_group_greedy_is_the_group_mean_over_every_member():
+    """algo.baseline=group_greedy: the RL loop passes the greedy episode as one more member of its group; the
+    advantages are the group-mean ones over all G + 1 (task a: returns 1, 0 and a greedy 0 -> mean 1/3)."""
+    algo = GRPO(GRPOConfig(reward="success", invalid_penalty=0.0, baseline="group_greedy"))
+    trajs = [_traj("a", [1.0], [False], True), _traj("a", [0.0], [False], False), _traj("a", [0.0], [False], False)]
+    per = [[StepSample([1], [2]) for _ in t.transitions] for t in trajs]
+    out = algo.with_advantages(trajs, per, None, 0)
+    assert [s.scalars["adv"] for s in out] == pytest.approx([2 / 3, -1 / 3, -1 / 3])

@@ -123,11 +123,12 @@ def test_tiny_tokenizer_covers_the_experience_format(tmp_path):
     assert tok.unk_token_id not in ids
 
 
-def test_grpo_self_critical_baseline_tiny(tmp_path):
-    """algo.baseline=greedy: each iteration also plays one greedy episode per task; they count against the budget
-    (the budget grows by more than the sampled episodes' steps, by at least one step per task) and report their own
-    success rate."""
-    cfg = compose(["conf=webshop_grpo", *TINY, "algo.baseline=greedy", "stages=[collect,sft,rl]"])
+@pytest.mark.parametrize("baseline", ["greedy", "group_greedy"])
+def test_grpo_greedy_episodes_tiny(tmp_path, baseline):
+    """algo.baseline=greedy | group_greedy: each iteration also plays one greedy episode per task; they count against
+    the budget (the budget grows by more than the sampled episodes' steps, by at least one step per task) and report
+    their own success rate."""
+    cfg = compose(["conf=webshop_grpo", *TINY, f"algo.baseline={baseline}", "stages=[collect,sft,rl]"])
     m = run_pipeline(cfg, tmp_path)
     hist = json.loads((tmp_path / "history" / "rl.json").read_text())
     assert hist and all(0.0 <= h["rollout/greedy_success_rate"] <= 1.0 for h in hist)

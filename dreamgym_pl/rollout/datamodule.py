@@ -127,7 +127,8 @@ class RolloutDataModule(L.LightningDataModule):
         engine = self.engine_factory(module.model, module.tokenizer)
         c = self.algo.cfg
         actor = policy_actor(engine, self.prompt_cfg, self.action_env, c.temperature, c.max_new_tokens, c.top_p)
-        self_critical = getattr(c, "baseline", "group") == "greedy"
+        baseline = getattr(c, "baseline", "group")
+        self_critical = baseline in ("greedy", "group_greedy")
         greedy_actor = policy_actor(engine, self.prompt_cfg, self.action_env, 0.0, c.max_new_tokens, c.top_p) \
             if self_critical else None
         if self.resume_batches is not None:  # the checkpoint's iteration whose rollouts were made before it
@@ -140,12 +141,15 @@ class RolloutDataModule(L.LightningDataModule):
             rng = iteration_rng(self.seed, self.iteration, SHUFFLE_STREAM)
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
-            # self-critical baseline: one greedy episode of each task, counted against the budget, not trained on
+            # one greedy episode of each task, counted against the budget: the baseline (greedy) or a group member
             greedy = self.rollout(tasks, engine, greedy_actor, group_size=1)[0] if self_critical else []
             # an episode that an unparseable synthetic transition ended says nothing about the policy: it is
             # counted against the budget but left out of the policy loss
-            learn = [t for t in trajs if not any(s.info.get("invalid_output") for s in t.transitions)]
-            extra = {"baselines": {t.task.task_id: trajectory_return(t, c) for t in greedy}} if self_critical else {}
+            # (group_greedy: the greedy episodes are members of their groups and trained like the samples)
+            learn = [t for t in (trajs + greedy if baseline == "group_greedy" else trajs)
+                     if not any(s.info.get("invalid_output") for s in t.transitions)]
+            extra = {"baselines": {t.task.task_id: trajectory_return(t, c) for t in greedy}} \
+                if baseline == "greedy" else {}
             samples = self.algo.with_advantages(learn, self._step_samples(learn), module, module.tokenizer.pad_token_id,
                                                 **extra)
             rng.shuffle(samples)

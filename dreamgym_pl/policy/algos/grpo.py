@@ -19,7 +19,8 @@ class GRPOConfig(RLConfig):
     step_weight: str = "step"     # step: every step carries its episode's advantage (verl-agent); episode: scaled by
                                   # mean length / the episode's length, so that each episode counts once
     baseline: str = "group"       # group: the group's mean return (GRPO); greedy: the return of one extra episode of the
-                                  # task decoded greedily (self-critical, losses.baseline_advantages)
+                                  # task decoded greedily (self-critical, losses.baseline_advantages); group_greedy:
+                                  # that greedy episode joins its group (G + 1 members, group mean, all trained)
 
 
 class GRPO(RLAlgorithm):
@@ -36,10 +37,10 @@ class GRPO(RLAlgorithm):
             if baselines is None:
                 raise ValueError("algo.baseline=greedy needs the greedy episodes' returns (the RL loop plays them)")
             adv = losses.baseline_advantages(rets, ids, baselines)
-        elif cfg.baseline == "group":
+        elif cfg.baseline in ("group", "group_greedy"):  # group_greedy: the RL loop adds the greedy episodes to trajs
             adv = losses.group_advantages(rets, ids, cfg.adv_eps, cfg.normalize_std)
         else:
-            raise ValueError(f"algo.baseline must be group or greedy, got {cfg.baseline!r}")
+            raise ValueError(f"algo.baseline must be group, greedy or group_greedy, got {cfg.baseline!r}")
         if cfg.step_weight == "episode":
             adv = [a * w for a, w in zip(adv, losses.episode_weights([len(ss) for ss in per_traj]))]
         elif cfg.step_weight != "step":

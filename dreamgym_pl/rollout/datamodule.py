@@ -128,9 +128,9 @@ class RolloutDataModule(L.LightningDataModule):
         c = self.algo.cfg
         actor = policy_actor(engine, self.prompt_cfg, self.action_env, c.temperature, c.max_new_tokens, c.top_p)
         baseline = getattr(c, "baseline", "group")
-        self_critical = baseline in ("greedy", "group_greedy")
+        plays_greedy = baseline in ("greedy", "group_greedy")
         greedy_actor = policy_actor(engine, self.prompt_cfg, self.action_env, 0.0, c.max_new_tokens, c.top_p) \
-            if self_critical else None
+            if plays_greedy else None
         if self.resume_batches is not None:  # the checkpoint's iteration whose rollouts were made before it
             seq, self.resume_batches = self.resume_batches, None
             module.pending_logs = dict(self.resume_logs)
@@ -142,7 +142,7 @@ class RolloutDataModule(L.LightningDataModule):
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
             # one greedy episode of each task, counted against the budget: the baseline (greedy) or a group member
-            greedy = self.rollout(tasks, engine, greedy_actor, group_size=1)[0] if self_critical else []
+            greedy = self.rollout(tasks, engine, greedy_actor, group_size=1)[0] if plays_greedy else []
             # an episode that an unparseable synthetic transition ended says nothing about the policy: it is
             # counted against the budget but left out of the policy loss
             # (group_greedy: the greedy episodes are members of their groups and trained like the samples)
@@ -229,8 +229,8 @@ class RolloutDataModule(L.LightningDataModule):
 
     def account(self, trajs: Sequence[Trajectory], greedy: Sequence[Trajectory] = ()) -> dict[str, float]:
         """Count the iteration's transitions (all ranks) against the budget; the rollout statistics (of the sampled
-        episodes; `greedy`, the self-critical baseline's episodes, count against the budget and get their own
-        success rate)."""
+        episodes; `greedy`, the one greedy episode per task of `algo.baseline` greedy / group_greedy, count against the
+        budget and get their own success rate)."""
         sums = episode_sums(trajs)
         gsums = episode_sums(greedy)
         rets = [trajectory_return(t, self.algo.cfg) for t in trajs]

@@ -134,6 +134,7 @@ RULES: dict[str, Rule] = {
     "resume": BOOL,
     "checkpoint_every": POS_INT,
     "checkpoint_steps": POS_INT,
+    "group_batches": NONNEG_INT,
     "offline_file": FILE,
     # ----- collect / sft / dpo -----------------------------------------------------------------
     "collect.agents.*": NONNEG_INT,

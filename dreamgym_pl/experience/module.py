@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from dreamgym_pl.core import Trajectory, Transition
 from dreamgym_pl.experience.format import ExperienceFormat, build_prompt, build_target
 from dreamgym_pl.experience.train_steps import target_loss
+from dreamgym_pl.policy.batching import shuffled_loader
 from dreamgym_pl.policy.module import adamw_with_schedule
 from dreamgym_pl.policy.samples import StepSample, collate
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
@@ -121,12 +122,13 @@ def split_by_task(trajs: Sequence[Trajectory], val_fraction: float, seed: int = 
 
 def experience_loaders(train_trajs: Sequence[Trajectory], val_trajs: Sequence[Trajectory], tokenizer: Any,
                        fmt: ExperienceFormat, buffer: ReplayBuffer | None, batch_size: int, seed: int = 0,
-                       extra: Sequence[StepSample] = (), terminal_repeat: int = 1) -> tuple[DataLoader, DataLoader | None]:
-    """Train (shuffled, + `extra` samples; episode-ending steps `terminal_repeat` times) and validation loaders."""
+                       extra: Sequence[StepSample] = (), terminal_repeat: int = 1,
+                       group_batches: int = 0) -> tuple[DataLoader, DataLoader | None]:
+    """Train (shuffled, length-grouped with `group_batches` > 0: `policy/batching.py`; + `extra` samples;
+    episode-ending steps `terminal_repeat` times) and validation loaders."""
     train = experience_samples(train_trajs, tokenizer, fmt, buffer, terminal_repeat) + list(extra)
     val = experience_samples(val_trajs, tokenizer, fmt, buffer)
-    g = torch.Generator().manual_seed(seed)
+    tl = shuffled_loader(train, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed), group_batches)
     coll = lambda b: collate(b, tokenizer.pad_token_id)  # noqa: E731
-    tl = DataLoader(train, batch_size=batch_size, shuffle=True, generator=g, collate_fn=coll)
     vl = DataLoader(val, batch_size=batch_size, shuffle=False, collate_fn=coll) if val else None
     return tl, vl

@@ -219,7 +219,8 @@ def run_stage(run: Run) -> None:
     gen_examples = task_generation_examples(run, tok)
     copies = copy_training_examples(run, tok, trajs)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
-                                          extra=gen_examples + copies, terminal_repeat=e.terminal_repeat)
+                                          extra=gen_examples + copies, terminal_repeat=e.terminal_repeat,
+                                          group_batches=run.cfg.group_batches)
     gen_ids = {id(g) for g in gen_examples + copies}  # task-generation and copy examples are not transitions
     lengths = target_length_report([int(s.scalars.get("target_tokens", len(s.response_ids)))  # before the cut
                                     for s in {id(x): x for x in train_dl.dataset}.values() if id(s) not in gen_ids],

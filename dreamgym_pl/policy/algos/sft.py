@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.policy import losses
 from dreamgym_pl.policy.algos.base import Objective
-from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
+from dreamgym_pl.policy.batching import shuffled_loader
+from dreamgym_pl.policy.samples import StepSample, trajectory_samples
 from dreamgym_pl.rollout.prompts import PromptConfig
 
 
@@ -24,12 +25,12 @@ class SFT(Objective):
 
 
 def sft_loader(trajs: Sequence[Trajectory], tokenizer: Any, prompt_cfg: PromptConfig, batch_size: int,
-               seed: int = 0, extra: Sequence[StepSample] = ()) -> DataLoader:
-    """Every step of `trajs` as a (prompt, action) sample, plus `extra` samples (e.g. copy examples), shuffled."""
+               seed: int = 0, extra: Sequence[StepSample] = (), group_batches: int = 0) -> DataLoader:
+    """Every step of `trajs` as a (prompt, action) sample, plus `extra` samples (e.g. copy examples), shuffled
+    (length-grouped with `group_batches` > 0: `policy/batching.py`)."""
     samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, tokenizer, prompt_cfg, i)]
     if not samples:
         raise ValueError("sft: no training samples (no successful offline trajectories of the chosen source)")
     samples += list(extra)
-    g = torch.Generator().manual_seed(seed)
-    return DataLoader(samples, batch_size=batch_size, shuffle=True, generator=g,
-                      collate_fn=lambda b: collate(b, tokenizer.pad_token_id))
+    return shuffled_loader(samples, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed),
+                           group_batches)

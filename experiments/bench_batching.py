@@ -1,0 +1,122 @@
+"""Training-step cost of the supervised stages' batches in a random order (the reference) against the
+length-grouped order (`dreamgym_pl/policy/batching.py`), both measured in this run, alternating batch by batch on
+one model, with the padding share of each order.
+
+Batches, built from a run directory's offline data and tokenizer (after its sft stage; `--experience` also needs
+its experience stage's replay buffer):
+- copy: the sft stage's copy warm start (`sft.batch_size`, examples of 4-`sft.copy_length` tokens);
+- sft: the sft stage's demonstrations and copy examples;
+- experience: the experience stage's training samples (`experience.batch_size`).
+Each kind times `--steps` forward+backward passes of each order (the first batches of one pass; one warm-up pass
+first) on a model of the run's `model=tiny` size and prints mean seconds per step and the ratio reference /
+grouped. The number of steps a stage takes is fixed (`max_steps`), so the ratio is the stage's training speed-up.
+
+    python experiments/bench_batching.py --run-dir D [--group-batches 8] [--steps 40] [--experience]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
+from dreamgym_pl.policy.batching import length_grouped_order, padding_share  # noqa: E402
+from dreamgym_pl.policy.samples import collate  # noqa: E402
+
+
+def step_seconds(model, batch) -> float:
+    t0 = time.perf_counter()
+    target_loss(model, batch).backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
+def compare(name: str, model, samples: list, batch_size: int, group_batches: int, steps: int, pad_id: int,
+            seed: int) -> None:
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    orders = {"random": length_grouped_order(lengths, batch_size, 0, random.Random(seed)),
+              "grouped": length_grouped_order(lengths, batch_size, group_batches, random.Random(seed))}
+    batches = {k: [collate([samples[i] for i in o[j:j + batch_size]], pad_id)
+                   for j in range(0, min(len(o), (steps + 1) * batch_size), batch_size)] for k, o in orders.items()}
+    times: dict[str, list[float]] = {k: [] for k in orders}
+    for k in orders:
+        step_seconds(model, batches[k][0])  # warm-up
+    for i in range(1, min(len(b) for b in batches.values())):
+        for k in orders:  # alternating, so that a drift of the machine's speed hits both
+            times[k].append(step_seconds(model, batches[k][i]))
+    mean = {k: statistics.mean(v) for k, v in times.items()}
+    for k, o in orders.items():
+        print(f"{name:10s} {k:8s} {mean[k]:.3f} s/step over {len(times[k])} steps, padding share of a pass "
+              f"{padding_share(lengths, o, batch_size):.3f} (batch {batch_size}, {len(samples)} samples)")
+    print(f"{name:10s} ratio random / grouped (group_batches={group_batches}): {mean['random'] / mean['grouped']:.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--group-batches", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--experience", action="store_true", help="also the experience stage's samples (needs replay/)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl
+    from dreamgym_pl.experience.copying import copy_examples
+    from dreamgym_pl.models import build_tiny_llama
+    from dreamgym_pl.policy.algos.sft import sft_loader
+    from dreamgym_pl.rollout.prompts import ACTION_CUE, PromptConfig
+    from dreamgym_pl.stages.copy_start import copy_pool, mixed_copy_examples
+    from transformers import PreTrainedTokenizerFast
+
+    run = Path(args.run_dir)
+    cfg = OmegaConf.load(run / "config.yaml")
+    tok = PreTrainedTokenizerFast.from_pretrained(run / "checkpoints" / "sft")
+    trajs = group_trajectories(read_jsonl(run / "offline" / "transitions.jsonl", Transition))
+    m, c = cfg.model, cfg.sft
+    model = build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
+                             args.seed).train()
+    print(f"{torch.get_num_threads()} threads; model of {sum(p.numel() for p in model.parameters()):,} parameters")
+
+    pool, sep = copy_pool(tok, trajs, ACTION_CUE)
+    copies = copy_examples(pool, (args.steps + 1) * c.batch_size * max(1, args.group_batches), 4, c.copy_length, sep,
+                           tok.eos_token_id, random.Random(args.seed))
+    compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
+
+    good = [t for t in trajs if t.success and (c.source == "all" or t.source == c.source)]
+    good = good[:c.num_trajectories] if c.num_trajectories else good
+    mixed = mixed_copy_examples(tok, trajs, c.copy_examples, c.copy_length, ACTION_CUE, args.seed)
+    samples = list(sft_loader(good, tok, PromptConfig(**OmegaConf.to_container(cfg.prompt)), c.batch_size,
+                              extra=mixed).dataset)
+    compare("sft", model, samples, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
+
+    if args.experience:
+        from dreamgym_pl.experience.module import experience_samples
+        from dreamgym_pl.replay.buffer import ReplayBuffer
+        from dreamgym_pl.replay.embed import make_embedder
+        from dreamgym_pl.stages.experience import experience_format
+
+        class _Run:  # what experience_format reads
+            pass
+
+        r = _Run()
+        r.cfg = cfg
+        buffer = ReplayBuffer.load(run / "replay", make_embedder(cfg.replay.embedder, cfg.replay.dim), "rerun the "
+                                   "experience stage")
+        rng = random.Random(args.seed)
+        picked = rng.sample(trajs, min(len(trajs), 300))
+        samples = experience_samples(picked, tok, experience_format(r), buffer)
+        compare("experience", model, samples, cfg.experience.batch_size, args.group_batches, args.steps,
+                tok.pad_token_id, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,3 +23,32 @@ def test_tokens_through_stop():
     assert tokens_through_stop([0, 1, 2, 6], _decode, ["]"]) == 4  # no stop: everything is kept
     assert tokens_through_stop([0, 1, 2, 6], _decode, []) == 4
     assert tokens_through_stop([4], _decode, ["]"]) == 1
+
+
+def test_hf_engine_logprobs_are_the_sampling_distributions():
+    """A sampled token's log-prob is log softmax(logits / T) of that token (generate's scores are already tempered:
+    they were once divided by T a second time), and greedy's is log softmax(logits)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from dreamgym_pl.rollout.engine import HFEngine
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    wl = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    wl.pre_tokenizer = pre_tokenizers.Whitespace()
+    wl.train_from_iterator(["a b c d e f g h"], trainers.WordLevelTrainer(special_tokens=["<pad>", "<unk>", "<eos>"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=wl, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, eos_token_id=2))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(10)  # peaked logits: T and T^2 give clearly different log-probs
+    ids = tok("a b c", add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1]
+    engine = HFEngine(model, tok)
+    for temperature in (0.5, 0.0):
+        c = engine.generate(["a b c"], SamplingParams(temperature=temperature, max_new_tokens=1))[0]
+        expected = torch.log_softmax(logits / (temperature or 1.0), -1)[c.token_ids[0]].item()
+        assert abs(c.logprobs[0] - expected) < 1e-4, (temperature, c.logprobs[0], expected)

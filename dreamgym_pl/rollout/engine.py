@@ -58,10 +58,9 @@ class HFEngine:
             gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         res = model.generate(**enc, **gen_kwargs)
         seqs = res.sequences[:, enc["input_ids"].shape[1]:]
-        # log-probs of the chosen tokens under the (temperature-scaled) sampling distribution
+        # log-probs of the chosen tokens under the sampling distribution: generate's scores are the logits after its
+        # processors (temperature, top-p) already; dividing by the temperature again scored them at T^2
         scores = torch.stack(res.scores, dim=1).float()
-        if not greedy:
-            scores = scores / params.temperature
         logp = torch.log_softmax(scores, dim=-1).gather(-1, seqs.unsqueeze(-1)).squeeze(-1)
         if was_training:
             model.train()

@@ -25,15 +25,10 @@ def test_tokens_through_stop():
     assert tokens_through_stop([4], _decode, ["]"]) == 1
 
 
-def test_hf_engine_logprobs_are_the_sampling_distributions():
-    """A sampled token's log-prob is log softmax(logits / T) of that token (generate's scores are already tempered:
-    they were once divided by T a second time), and greedy's is log softmax(logits)."""
+def _tiny_model_and_tokenizer(scale: float = 1.0):
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from dreamgym_pl.rollout.engine import HFEngine
-    from dreamgym_pl.rollout.sampling import SamplingParams
 
     wl = Tokenizer(models.WordLevel(unk_token="<unk>"))
     wl.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -43,7 +38,19 @@ def test_hf_engine_logprobs_are_the_sampling_distributions():
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=2, pad_token_id=0, eos_token_id=2))
     with torch.no_grad():
-        model.lm_head.weight.mul_(10)  # peaked logits: T and T^2 give clearly different log-probs
+        model.lm_head.weight.mul_(scale)
+    return model, tok
+
+
+def test_hf_engine_logprobs_are_the_sampling_distributions():
+    """A sampled token's log-prob is log softmax(logits / T) of that token (generate's scores are already tempered:
+    they were once divided by T a second time), and greedy's is log softmax(logits)."""
+    import torch
+
+    from dreamgym_pl.rollout.engine import HFEngine
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    model, tok = _tiny_model_and_tokenizer(10.0)  # peaked logits: T and T^2 give clearly different log-probs
     ids = tok("a b c", add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         logits = model(ids).logits[0, -1]
@@ -52,3 +59,24 @@ def test_hf_engine_logprobs_are_the_sampling_distributions():
         c = engine.generate(["a b c"], SamplingParams(temperature=temperature, max_new_tokens=1))[0]
         expected = torch.log_softmax(logits / (temperature or 1.0), -1)[c.token_ids[0]].item()
         assert abs(c.logprobs[0] - expected) < 1e-4, (temperature, c.logprobs[0], expected)
+
+
+def test_hf_engine_static_cache_generates_what_the_dynamic_one_does():
+    """engine.cache=static: the same greedy tokens and log-probs as the default dynamic cache, on a left-padded
+    batch of prompts of different lengths; an unknown cache is refused, naming the key."""
+    import pytest
+
+    from dreamgym_pl.rollout.engine import HFEngine
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    model, tok = _tiny_model_and_tokenizer(3.0)
+    prompts = ["a b c", "d", "e f g h a b c d e f", "h g"]
+    params = SamplingParams(temperature=0.0, max_new_tokens=12)
+    dyn = HFEngine(model, tok).generate(prompts, params)
+    sta = HFEngine(model, tok, cache="static").generate(prompts, params)
+    assert [c.token_ids for c in dyn] == [c.token_ids for c in sta]
+    assert all(len(c.token_ids) > 1 for c in dyn)  # something was generated past the first token
+    for a, b in zip(dyn, sta):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+    with pytest.raises(ValueError, match="engine.cache"):
+        HFEngine(model, tok, cache="paged")

@@ -18,8 +18,12 @@ class HFEngine:
     """Batched, left-padded `model.generate` with per-token log-probs of the sampled tokens. Prompts keep their
     last `max_prompt_tokens` tokens (left truncation, as in training)."""
 
-    def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64):
+    def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64,
+                 cache: str = "dynamic"):
+        if cache not in ("dynamic", "static"):
+            raise ValueError(f"engine.cache: unknown cache {cache!r} (dynamic, static)")
         self.model = model
+        self.cache = cache
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.micro_batch = micro_batch
@@ -54,6 +58,8 @@ class HFEngine:
         gen_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy,
                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                           output_scores=True, return_dict_in_generate=True)
+        if self.cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
+            gen_kwargs["cache_implementation"] = "static"
         if not greedy:
             gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         res = model.generate(**enc, **gen_kwargs)
@@ -95,7 +101,7 @@ def make_engine(cfg: Any, model: Any, tokenizer: Any, **overrides: Any) -> Gener
         name = dict(cfg).get("name", "hf")
     kwargs.update(overrides)
     if name == "hf":
-        return HFEngine(model, tokenizer, **{k: v for k, v in kwargs.items() if k in ("max_prompt_tokens", "micro_batch")})
+        return HFEngine(model, tokenizer, **{k: v for k, v in kwargs.items() if k in ("max_prompt_tokens", "micro_batch", "cache")})
     if name == "vllm":
         from dreamgym_pl.rollout.vllm_engine import VLLMEngine  # imported only when asked for
 

@@ -32,7 +32,13 @@ def main() -> None:
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--caches", nargs="+", default=None, choices=["dynamic", "static"],
+                    help="measure only the synthetic episodes, once per generation KV cache (engine.cache), in this "
+                         "order, each from the same seed: the ratio of the first to each other")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.caches:
+        return compare_caches(args)
     d = Path(args.run_dir)
     cfg = OmegaConf.load(d / "config.yaml" if (d / "config.yaml").exists() else d / ".hydra" / "config.yaml")
     cfg.resume = True
@@ -67,6 +73,36 @@ def main() -> None:
     print(f"| invalid (unparseable) outputs | {st['invalid_outputs']} of {st['steps']} steps |")
     if hasattr(run.env, "close"):  # browser envs hold worker processes
         run.env.close()
+
+
+def compare_caches(args: argparse.Namespace) -> None:
+    """Synthetic transitions per second and generation seconds of the same episodes (same tasks, same seed) with each
+    KV cache of `args.caches`, the policy and the experience model generating with it."""
+    import torch
+
+    d = Path(args.run_dir)
+    res = []
+    for cache in args.caches:
+        cfg = OmegaConf.load(d / "config.yaml")
+        cfg.resume = True
+        cfg.engine.cache = cache
+        run = Run(cfg, d)
+        senv = make_synthetic_env(run, load_replay(run), stored_starts(run))
+        senv.enrich = False
+        policy, tok = load_pretrained(d / "checkpoints" / "sft")
+        actor = policy_actor(HFEngine(policy, tok, cache=cache), run.prompt_cfg, run.env, temperature=1.0,
+                             max_new_tokens=16)
+        torch.manual_seed(args.seed)
+        t0 = time.perf_counter()
+        syn = run_episodes(senv, run.env.tasks("train")[: args.episodes], actor, batch_size=args.batch,
+                           source="synthetic")
+        secs = time.perf_counter() - t0
+        n = sum(len(t.transitions) for t in syn)
+        res.append(secs)
+        print(f"{cache:8s} {n} synthetic transitions in {secs:.1f} s ({n / secs:.1f}/s), of which generation by the "
+              f"experience model {senv.stats['generate_s']:.1f} s; success {sum(t.success for t in syn) / len(syn):.3f}")
+    for i, c in enumerate(args.caches[1:], 1):
+        print(f"ratio {args.caches[0]} (first) / {c} (run {i + 1}), seconds for the episodes: {res[0] / res[i]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -72,8 +72,8 @@ def test_hf_engine_static_cache_generates_what_the_dynamic_one_does():
     model, tok = _tiny_model_and_tokenizer(3.0)
     prompts = ["a b c", "d", "e f g h a b c d e f", "h g"]
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
-    dyn = HFEngine(model, tok).generate(prompts, params)
-    sta = HFEngine(model, tok, cache="static").generate(prompts, params)
+    dyn = HFEngine(model, tok, cache="dynamic").generate(prompts, params)
+    sta = HFEngine(model, tok, cache="static").generate(prompts, params)  # the default; dynamic is HF's
     assert [c.token_ids for c in dyn] == [c.token_ids for c in sta]
     assert all(len(c.token_ids) > 1 for c in dyn)  # something was generated past the first token
     for a, b in zip(dyn, sta):

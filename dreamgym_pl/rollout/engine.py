@@ -19,7 +19,7 @@ class HFEngine:
     last `max_prompt_tokens` tokens (left truncation, as in training)."""
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64,
-                 cache: str = "dynamic"):
+                 cache: str = "static"):
         if cache not in ("dynamic", "static"):
             raise ValueError(f"engine.cache: unknown cache {cache!r} (dynamic, static)")
         self.model = model

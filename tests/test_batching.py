@@ -1,11 +1,10 @@
 """Length-grouped batching (dreamgym_pl/policy/batching.py): hand-computed orders and padding, the sampler's
-determinism, and the loaders and copy batches that use it."""
+determinism, the loader that uses it, and the default (off) being the plain shuffled DataLoader it replaced."""
 
 import random
 
 import torch
 
-from dreamgym_pl.experience.copying import copy_batches
 from dreamgym_pl.policy.batching import LengthGroupedSampler, length_grouped_order, padding_share, shuffled_loader
 from dreamgym_pl.policy.samples import StepSample
 
@@ -75,17 +74,15 @@ def test_grouped_loader_pads_less_and_sees_every_sample_once():
     assert padded[6] < padded[0]
 
 
-def test_copy_batches_grouped_hold_copy_examples_with_less_padding():
-    pool, sep, eos, pad = list(range(10, 60)), [3], 2, 0
+def test_off_is_the_shuffled_dataloader_it_replaced():
+    """group_batches=0 (the default) gives the batches of DataLoader(shuffle=True, generator=...) pass after pass."""
+    from torch.utils.data import DataLoader
 
-    def take(group, n=8):
-        it = copy_batches(pool, 4, 30, sep, eos, pad, random.Random(5), group)
-        return [next(it) for _ in range(n)]
+    from dreamgym_pl.policy.samples import collate
 
-    for g in (0, 8):
-        for b in take(g):
-            for row, mask in zip(b["input_ids"].tolist(), b["attention_mask"].tolist()):
-                x = row[: sum(mask)]
-                k = x.index(3)
-                assert x[:k] == x[k + 1:-1] and x[-1] == eos  # the tokens, the separator, the same tokens, EOS
-    assert sum(b["input_ids"].numel() for b in take(8)) < sum(b["input_ids"].numel() for b in take(0))
+    samples = [StepSample([5] * (1 + i % 7), [6, 2], traj=i) for i in range(37)]
+    old = DataLoader(samples, batch_size=5, shuffle=True, generator=torch.Generator().manual_seed(4),
+                     collate_fn=lambda b: collate(b, 0))
+    new = shuffled_loader(samples, 5, 0, torch.Generator().manual_seed(4), group_batches=0)
+    for _ in range(2):
+        assert [b["traj"].tolist() for b in old] == [b["traj"].tolist() for b in new]

@@ -1,5 +1,7 @@
 """Generation engine helpers: the trained response tokens are exactly those that produced the action."""
 
+from pathlib import Path
+
 from dreamgym_pl.rollout.sampling import cut_at_stop, tokens_through_stop
 
 PIECES = ["click", "[", "item", " 1", "]", "<eos>", "junk"]
@@ -69,11 +71,30 @@ def test_hf_engine_static_cache_generates_what_the_dynamic_one_does():
     from dreamgym_pl.rollout.engine import HFEngine
     from dreamgym_pl.rollout.sampling import SamplingParams
 
+    from omegaconf import OmegaConf
+
+    from dreamgym_pl.rollout.engine import make_engine
+
     model, tok = _tiny_model_and_tokenizer(3.0)
+    asked = []
+    generate = model.generate
+
+    def spy(*args, **kwargs):  # which cache each call asked for
+        asked.append(kwargs.get("cache_implementation"))
+        return generate(*args, **kwargs)
+
+    model.generate = spy
     prompts = ["a b c", "d", "e f g h a b c d e f", "h g"]
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     dyn = HFEngine(model, tok, cache="dynamic").generate(prompts, params)
-    sta = HFEngine(model, tok, cache="static").generate(prompts, params)  # the default; dynamic is HF's
+    assert asked == [None]
+    # the default of conf/engine/hf.yaml, micro-batches of 2: a long batch, then a short one, on one model
+    hf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "engine" / "hf.yaml")
+    engine = make_engine(hf, model, tok, micro_batch=2)
+    assert engine.cache == "static"
+    sta = engine.generate([prompts[2], prompts[0], prompts[1], prompts[3]], params)
+    sta = [sta[1], sta[2], sta[0], sta[3]]
+    assert asked[1:] == ["static", "static"]
     assert [c.token_ids for c in dyn] == [c.token_ids for c in sta]
     assert all(len(c.token_ids) > 1 for c in dyn)  # something was generated past the first token
     for a, b in zip(dyn, sta):

@@ -15,7 +15,7 @@ stays.
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from dreamgym_pl.policy.samples import StepSample
 
@@ -45,30 +45,12 @@ def copy_examples(pool: Sequence[int], n: int, min_len: int, max_len: int, sep_i
 
 def copy_warmup(model: Any, pool: Sequence[int], steps: int, batch_size: int, lr: float, max_len: int,
                 sep_ids: Sequence[int], eos_id: int, pad_id: int, seed: int, warmup_steps: int = 50,
-                grad_clip: float | None = 1.0, log_every: int = 0, what: str = "the copy warm-up",
-                group_batches: int = 0) -> list[float]:
+                grad_clip: float | None = 1.0, log_every: int = 0, what: str = "the copy warm-up") -> list[float]:
     """`steps` AdamW steps of `model` on fresh copy examples (L uniform in [4, max_len]), linear warm-up then a
-    constant `lr`; returns the loss of every step. With `group_batches` > 0 the examples are drawn that many
-    batches at a time and batched by length (`policy/batching.py`: less padding, the same examples)."""
+    constant `lr`; returns the loss of every step."""
     from dreamgym_pl.experience.train_steps import adamw_steps
-
-    rng = random.Random(seed)
-    return adamw_steps(model, copy_batches(pool, batch_size, max_len, sep_ids, eos_id, pad_id, rng, group_batches),
-                       steps, lr, warmup_steps, grad_clip, what, log_every)
-
-
-def copy_batches(pool: Sequence[int], batch_size: int, max_len: int, sep_ids: Sequence[int], eos_id: int, pad_id: int,
-                 rng: random.Random, group_batches: int = 0) -> Iterator[dict]:
-    """Collated batches of fresh copy examples, without end: one batch at a time (`group_batches` <= 0), or
-    `group_batches` batches' examples at a time, in `length_grouped_order`."""
-    from dreamgym_pl.policy.batching import length_grouped_order
     from dreamgym_pl.policy.samples import collate
 
-    while True:
-        if group_batches <= 0:
-            yield collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id)
-            continue
-        ex = copy_examples(pool, batch_size * group_batches, 4, max_len, sep_ids, eos_id, rng)
-        order = length_grouped_order([len(e.prompt_ids) + len(e.response_ids) for e in ex], batch_size, group_batches, rng)
-        for j in range(0, len(order), batch_size):
-            yield collate([ex[i] for i in order[j:j + batch_size]], pad_id)
+    rng = random.Random(seed)
+    batches = (collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id) for _ in range(steps))
+    return adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, what, log_every)

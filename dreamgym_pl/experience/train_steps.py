@@ -70,12 +70,13 @@ def cycle(make: Callable[[], Any]) -> Iterator[Any]:
             raise ValueError("cycle: nothing to iterate over")
 
 
-def shuffled_batches(make_samples: Callable[[], Any], batch_size: int, pad_id: int, seed: int,
-                     group_batches: int = 0) -> Iterator[Any]:
+def shuffled_batches(make_samples: Callable[[], Any], batch_size: int, pad_id: int, seed: int) -> Iterator[Any]:
     """Collated batches of `make_samples()` (called again for every pass), shuffled by one generator seeded with
-    `seed` (length-grouped with `group_batches` > 0: `policy/batching.py`), pass after pass: the data side of
-    `adamw_steps`."""
-    from dreamgym_pl.policy.batching import shuffled_loader
+    `seed`, pass after pass: the data side of `adamw_steps`."""
+    from torch.utils.data import DataLoader
+
+    from dreamgym_pl.policy.samples import collate
 
     gen = torch.Generator().manual_seed(seed)
-    return cycle(lambda: shuffled_loader(make_samples(), batch_size, pad_id, gen, group_batches))
+    return cycle(lambda: DataLoader(make_samples(), batch_size=batch_size, shuffle=True, generator=gen,
+                                    collate_fn=lambda b: collate(b, pad_id)))

@@ -59,7 +59,8 @@ class HFEngine:
                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                           output_scores=True, return_dict_in_generate=True)
         if self.cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
-            gen_kwargs["cache_implementation"] = "static"
+            # no automatic torch.compile (transformers compiles a static cache's forward on GPUs): measured on CPU only
+            gen_kwargs.update(cache_implementation="static", disable_compile=True)
         if not greedy:
             gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         res = model.generate(**enc, **gen_kwargs)

@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -29,7 +30,7 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
-from dreamgym_pl.policy.batching import length_grouped_order, padding_share  # noqa: E402
+from dreamgym_pl.policy.batching import length_grouped_order, padding_share, sample_lengths  # noqa: E402
 from dreamgym_pl.policy.samples import collate  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def step_seconds(model, batch) -> float:
 
 def compare(name: str, model, samples: list, batch_size: int, group_batches: int, steps: int, pad_id: int,
             seed: int) -> None:
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    lengths = sample_lengths(samples)
     orders = {"random": length_grouped_order(lengths, batch_size, 0, random.Random(seed)),
               "grouped": length_grouped_order(lengths, batch_size, group_batches, random.Random(seed))}
     batches = {k: [collate([samples[i] for i in o[j:j + batch_size]], pad_id)
@@ -104,16 +105,11 @@ def main() -> None:
         from dreamgym_pl.replay.embed import make_embedder
         from dreamgym_pl.stages.experience import experience_format
 
-        class _Run:  # what experience_format reads
-            pass
-
-        r = _Run()
-        r.cfg = cfg
         buffer = ReplayBuffer.load(run / "replay", make_embedder(cfg.replay.embedder, cfg.replay.dim), "rerun the "
                                    "experience stage")
         rng = random.Random(args.seed)
         picked = rng.sample(trajs, min(len(trajs), 300))
-        samples = experience_samples(picked, tok, experience_format(r), buffer)
+        samples = experience_samples(picked, tok, experience_format(SimpleNamespace(cfg=cfg)), buffer)
         compare("experience", model, samples, cfg.experience.batch_size, args.group_batches, args.steps,
                 tok.pad_token_id, args.seed)
 

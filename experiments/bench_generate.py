@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -48,12 +49,7 @@ def main() -> None:
     model, tok = load_pretrained(run / "checkpoints" / "experience", "float32")
     model.eval()
 
-    class _Run:  # what experience_format reads
-        pass
-
-    r = _Run()
-    r.cfg = cfg
-    fmt = experience_format(r)
+    fmt = experience_format(SimpleNamespace(cfg=cfg))  # it reads the run's config only
     buffer = ReplayBuffer.load(run / "replay", make_embedder(cfg.replay.embedder, cfg.replay.dim), "rerun the "
                                "experience stage")
     steps = [t for tr in group_trajectories(read_jsonl(run / "offline" / "transitions.jsonl", Transition))

@@ -1,4 +1,4 @@
-"""Length-grouped batch order for the supervised stages (the copy warm starts, sft, experience).
+"""Length-grouped batch order for the supervised stages (sft, experience; `group_batches`, off by default).
 
 `collate` pads every sample of a batch to the batch's longest, and a forward pass pays for the padding. In a random
 order short and long samples share batches: the SFT data mix copy examples (8-100 tokens) with demonstrations (up to
@@ -41,6 +41,11 @@ def length_grouped_order(lengths: Sequence[int], batch_size: int, group_batches:
     return out
 
 
+def sample_lengths(samples: Sequence) -> list[int]:
+    """Tokens of each StepSample as `collate` lays it out (prompt + response)."""
+    return [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+
+
 def padding_share(lengths: Sequence[int], order: Sequence[int], batch_size: int) -> float:
     """Share of the padded tokens that are padding when `order` is cut into batches of `batch_size` and each batch
     is padded to its longest sample."""
@@ -79,7 +84,6 @@ def shuffled_loader(samples: Sequence, batch_size: int, pad_id: int, generator: 
     coll = lambda b: collate(b, pad_id)  # noqa: E731
     if group_batches <= 0:
         return DataLoader(samples, batch_size=batch_size, shuffle=True, generator=generator, collate_fn=coll)
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
-    sampler = LengthGroupedSampler(lengths, batch_size, group_batches, generator)
+    sampler = LengthGroupedSampler(sample_lengths(samples), batch_size, group_batches, generator)
     # the loader draws its workers' base seed from `generator` too, as a shuffled one does (not from the global RNG)
     return DataLoader(samples, batch_size=batch_size, sampler=sampler, generator=generator, collate_fn=coll)

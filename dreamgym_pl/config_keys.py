@@ -217,6 +217,7 @@ RULES: dict[str, Rule] = {
     "replay.k": NONNEG_INT,
     "replay.exclude": one_of("task", "episode", "none"),
     "replay.synthetic_demos": BOOL,
+    "replay.subject_demos": BOOL,
     "replay.overfetch": NONNEG_INT,
     "replay.capacity": POS_INT,
     "replay.max_size": nullable(POS_INT),

@@ -114,6 +114,14 @@ class Environment(ABC):
         (the synthetic env's `stay` rule copies the real env's): by default `obs` unchanged."""
         return obs
 
+    def action_subject(self, state_text: str, action: str) -> str | None:
+        """The name of what `action` opens, where the next state is a fixed function of it whatever the task
+        (WebShop: the product a results-page click opens, by its title), else None. With
+        `replay.subject_demos` the experience model is shown a real transition that opened the same thing, so
+        that it can copy the page instead of inventing it. Read from the state's text alone: synthetic states
+        carry no element ids. By default None (no subject)."""
+        return None
+
     def initial_observation(self, task: Task) -> Observation:
         """The first observation of a task, a fixed function of it (no transition is consumed)."""
         return self.reset([task])[0]

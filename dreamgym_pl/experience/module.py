@@ -56,18 +56,27 @@ class ExperienceModule(L.LightningModule):
 def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat) -> list[Transition]:
     """Top-k real transitions similar to (task, state, action) under the format's exclusion rule: `task` (none of
     the transition's own task: leakage-free), `episode` (none of its own episode; `k + overfetch` are retrieved
-    so that k remain) or `none`; synthetic transitions only with `fmt.synthetic_demos`."""
+    so that k remain) or `none`; synthetic transitions only with `fmt.synthetic_demos`. With `fmt.subject_demos`
+    (and a buffer indexed by `set_subject`) the first is a transition that opened the same subject, when one
+    passes the same rules."""
     if buffer is None or fmt.k <= 0:
         return []
     key = transition_key(t.task.instruction, t.state.text, t.action)
     real_only = not fmt.synthetic_demos
-    if fmt.exclude == "task":
-        return buffer.query([key], fmt.k, real_only=real_only, exclude_tasks=[t.task.task_id])[0]
-    if fmt.exclude == "none":
-        return buffer.query([key], fmt.k, real_only=real_only)[0]
-    res = buffer.query([key], fmt.k + fmt.overfetch, real_only=real_only)[0]
     ep = t.info.get("episode")
-    return [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)][: fmt.k]
+    if fmt.exclude == "task":
+        res = buffer.query([key], fmt.k, real_only=real_only, exclude_tasks=[t.task.task_id])[0]
+    elif fmt.exclude == "none":
+        res = buffer.query([key], fmt.k, real_only=real_only)[0]
+    else:
+        res = buffer.query([key], fmt.k + fmt.overfetch, real_only=real_only)[0]
+        res = [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)]
+    row = None
+    if fmt.subject_demos and buffer.subject is not None:
+        row = buffer.subject_row(buffer.subject(t.state.text, t.action), real_only,
+                                 t.task.task_id if fmt.exclude == "task" else None,
+                                 ep if fmt.exclude == "episode" else None)
+    return buffer.with_subject(res, row, fmt.k)
 
 
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,

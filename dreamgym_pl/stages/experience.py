@@ -32,6 +32,7 @@ def experience_format(run: Run) -> ExperienceFormat:
     return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words, state_words=e.state_words,
                             reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
                             synthetic_demos=run.cfg.replay.synthetic_demos,
+                            subject_demos=bool(run.cfg.replay.get("subject_demos", False)),
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
@@ -44,10 +45,14 @@ def load_replay(run: Run, fresh: bool = False, path: Path | None = None, fix: st
     emb = make_embedder(run.cfg.replay.embedder, run.cfg.replay.dim)
     path = path or run.dir / "replay"
     if path != run.dir / "replay" or (not fresh and (path / "CURRENT").exists()):
-        return ReplayBuffer.load(path, emb, fix or f"rerun with resume=false (the replay buffer is made by the "
-                                                   f"experience stage: or delete {path} and drop experience and "
-                                                   f"the stages after it from stages.json's completed list)")
-    return ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
+        buf = ReplayBuffer.load(path, emb, fix or f"rerun with resume=false (the replay buffer is made by the "
+                                                  f"experience stage: or delete {path} and drop experience and "
+                                                  f"the stages after it from stages.json's completed list)")
+    else:
+        buf = ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
+    if run.cfg.replay.get("subject_demos", False):
+        buf.set_subject(run.env.action_subject)
+    return buf
 
 
 def save_replay(run: Run, buffer: Any) -> None:

@@ -20,6 +20,25 @@ CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "cl
 INVALID_NOTE = re.compile(r"^\s*invalid action\s*:.*?\[SEP\]\s*", re.IGNORECASE | re.DOTALL)
 
 
+def clicked_title(state_text: str, action: str) -> str | None:
+    """The title listed after the handle `action` clicks on a results page (`... [SEP] item 2 [SEP] <title> [SEP]
+    $12.00 ...`), else None (another page, another action, a handle the page does not list). Spacing- and
+    case-insensitive, as the synthetic env's pages are detokenised model text."""
+    m = re.fullmatch(r"\s*click\s*\[(.*)\]\s*", action, re.DOTALL)
+    if not m:
+        return None
+    handle = " ".join(m.group(1).lower().split())
+    if handle in ("back to search", "next >", "< prev", "buy now", "description", "features", "reviews"):
+        return None
+    parts = [" ".join(p.lower().split()) for p in state_text.split("[SEP]")]
+    if not any(p.startswith("page ") for p in parts):  # a results page names its page number
+        return None
+    for j, p in enumerate(parts[:-1]):
+        if p == handle and parts[j + 1] and not parts[j + 1].startswith("$"):
+            return parts[j + 1]
+    return None
+
+
 class WebShopVecEnv(SerialVecEnv):
     """Batched WebShop episodes; `engine` is the shared catalogue, search index and goals."""
 
@@ -69,6 +88,11 @@ class WebShopVecEnv(SerialVecEnv):
         """The page again, headed by WebShop's note (`invalid action: ...`), which replaces an earlier note."""
         page = INVALID_NOTE.sub("", obs.text, count=1)
         return Observation(f"invalid action: {action.strip()[:80]}{SEP}{page}", list(obs.admissible), dict(obs.refs))
+
+    def action_subject(self, state_text: str, action: str) -> str | None:
+        """The title of the product a click on a results page opens (`click[item 2]` or `click[<asin>]`: the
+        page element after the clicked handle), else None."""
+        return clicked_title(state_text, action)
 
     def initial_observation(self, task: Task) -> Observation:
         """The search page of `task`, from a fresh single env (the batch slots are left alone)."""

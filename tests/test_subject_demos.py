@@ -1,28 +1,53 @@
 """Subject demonstrations: the experience model is shown a real transition that opened what the action opens
-(`env.action_subject`; WebShop: the product a results-page click opens), first among its demonstrations."""
+(`env.action_subject`; WebShop: the product a results-page click opens, by title and price), as its last
+demonstration, with the whole next state."""
+
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
 
 from dreamgym_pl.core import Observation, Task, Transition
+from dreamgym_pl.envs import make_vec_env
 from dreamgym_pl.envs.webshop.vec import clicked_title
 from dreamgym_pl.experience.format import ExperienceFormat, build_prompt
 from dreamgym_pl.experience.module import demos_for
 from dreamgym_pl.replay.buffer import ReplayBuffer
 from dreamgym_pl.replay.embed import HashingEmbedder
 
-RESULTS = ("back to search [SEP] page 1 (total results: 50) [SEP] next > [SEP] item 1 [SEP] hollis deluxe green tea "
+RESULTS = ("back to search [SEP] page 1 (total results: 50) [SEP] next > [SEP] item 1 [SEP] hollis deluxe t-shirt "
            "[SEP] $3.08 [SEP] item 2 [SEP] nordly ultra green tea [SEP] $36.93")
 ITEM = ("back to search [SEP] < prev [SEP] size: [SEP] small [SEP] pack of 12 [SEP] nordly ultra green tea [SEP] "
         "price: $36.93 [SEP] description [SEP] features [SEP] reviews [SEP] buy now")
+NORDLY = "nordlyultragreentea $36.93"
 
 
-def test_clicked_title_reads_the_listed_title():
-    assert clicked_title(RESULTS, "click[item 2]") == "nordly ultra green tea"
-    assert clicked_title(RESULTS, "click [ Item 1 ]") == "hollis deluxe green tea"  # detokenised model text
-    assert clicked_title("invalid action: x [SEP] " + RESULTS, "click[item 1]") == "hollis deluxe green tea"
+def test_clicked_title_names_the_listed_product_by_title_and_price():
+    assert clicked_title(RESULTS, "click[item 2]") == NORDLY
+    assert clicked_title(RESULTS, "click[item 1]") == "hollisdeluxet-shirt $3.08"
+    detok = RESULTS.replace("t-shirt", "t - shirt").replace("$3.08", "$ 3 . 08")  # the tiny tokenizer's spacing
+    assert clicked_title(detok, "click [ Item 1 ]") == "hollisdeluxet-shirt $3.08"
+    assert clicked_title("invalid action: x [SEP] " + RESULTS, "click[item 2]") == NORDLY
     assert clicked_title(RESULTS, "click[item 3]") is None  # not listed
     assert clicked_title(RESULTS, "click[next >]") is None
     assert clicked_title(RESULTS, "search[green tea]") is None
     assert clicked_title(ITEM, "click[small]") is None  # not a results page
-    assert clicked_title(RESULTS.replace("item 2", "b00123"), "click[b00123]") == "nordly ultra green tea"
+    assert clicked_title(RESULTS.replace("item 2", "b00123"), "click[b00123]") == NORDLY
+
+
+@pytest.mark.parametrize("ids,options", [("index", False), ("asin", False), ("index", True)])
+def test_clicked_title_on_rendered_results_pages(ids, options):
+    shop = make_vec_env("webshop", num_products=60, num_test=5, num_val=5, product_ids=ids, show_result_options=options,
+                        results_per_page=3)
+    task = shop.tasks("train")[0]
+    shop.reset([task])
+    page = shop.step(["search[" + task.goal["query"] + "]"])[0].observation
+    handle = page.admissible[-1][len("click["):-1]
+    p = shop.engine.products[shop.engine.by_asin[page.refs[handle]]]
+    want = "".join(p["Title"].lower().split()) + " $" + f"{p['Price']:.2f}"
+    assert shop.action_subject(page.text, f"click[{handle}]") == want
+    item = shop.step([f"click[{handle}]"])[0].observation
+    assert all(shop.action_subject(item.text, a) is None for a in item.admissible)
 
 
 def step(task, state, action, nxt, episode):
@@ -30,39 +55,47 @@ def step(task, state, action, nxt, episode):
                       next_state=Observation(nxt), reward=0.0, done=False, info={"episode": episode})
 
 
-def buffer_with_subjects():
-    buf = ReplayBuffer(HashingEmbedder(64), capacity=16)
+def buffer_with_subjects(max_size=None):
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=16, max_size=max_size)
     buf.set_subject(clicked_title)
     buf.add([step("a", "search", "search[tea]", RESULTS, "e0"),
              step("a", RESULTS, "click[item 2]", ITEM, "e0"),                    # row 1: opens nordly
-             step("b", RESULTS.replace("item 2", "item 1", 1), "click[item 1]", "hollis page", "e1"),
+             step("b", RESULTS, "click[item 1]", "hollis page", "e1"),
              step("c", RESULTS, "click[item 2]", ITEM + " second", "e2")], "offline")  # row 3: opens nordly
     buf.add([step("d", RESULTS, "click[item 2]", "synthetic page", "e3")], "synthetic")
     return buf
 
 
-def test_subject_rows_and_their_exclusions():
+def test_subject_rows_are_real_and_respect_the_exclusions():
     buf = buffer_with_subjects()
-    assert buf.subject_rows["nordly ultra green tea"] == [1, 3, 4]
-    assert buf.subject_row("nordly ultra green tea") == 1
-    assert buf.subject_row("nordly ultra green tea", exclude_task="a") == 3
-    assert buf.subject_row("nordly ultra green tea", exclude_episode="e0") == 3
-    assert buf.subject_row("nordly ultra green tea", real_only=True, exclude_task="a") == 3
+    assert buf.subject_rows[NORDLY] == [1, 3]  # the synthetic row 4 is never a page to copy
+    assert buf.subject_row(NORDLY) == 1
+    assert buf.subject_row(NORDLY, exclude_task="a") == 3
+    assert buf.subject_row(NORDLY, exclude_episode="e0") == 3
+    assert buf.subject_row(NORDLY, exclude_task="a", exclude_episode="e2") is None
+    assert buf.subject_row(None) is None and buf.subject_row("unknown") is None
     buf.set_subject(None)
     assert buf.subject_rows == {}
 
 
-def test_demos_for_puts_the_subject_first_and_marks_it():
+def test_evictions_leave_the_subject_rows_alone():
+    buf = buffer_with_subjects(max_size=5)
+    buf.add([step("e", RESULTS, "click[item 2]", "another synthetic page", "e4")], "synthetic")
+    assert len(buf) == 5 and 4 in buf.deleted and buf.subject_rows[NORDLY] == [1, 3]
+
+
+@pytest.mark.parametrize("exclude,own", [("task", ITEM + " second"), ("episode", ITEM + " second"), ("none", ITEM)])
+def test_demos_for_puts_the_subject_last_and_marks_it(exclude, own):
     buf = buffer_with_subjects()
+    fmt = ExperienceFormat(k=2, exclude=exclude, subject_demos=True)
     probe = step("z", RESULTS, "click[item 2]", "?", "e9")
-    fmt = ExperienceFormat(k=2, exclude="task", subject_demos=True)
     demos = demos_for(buf, probe, fmt)
-    assert len(demos) == 2 and demos[0].next_state.text == ITEM and demos[0].info["subject_demo"]
+    assert len(demos) == 2 and demos[1].next_state.text == ITEM and demos[1].info["subject_demo"]
+    assert not demos[0].info.get("subject_demo") and demos[0] is not buf.items[1]
     assert not buf.items[1].info.get("subject_demo")  # a marked copy: the stored row is untouched
-    assert demos[1] is not buf.items[1]
-    own = demos_for(buf, step("a", RESULTS, "click[item 2]", "?", "e9"), fmt)
-    assert own[0].next_state.text == ITEM + " second"  # task a's own row is excluded
-    plain = demos_for(buf, probe, ExperienceFormat(k=2, exclude="task"))
+    # task a's episode e0 opened nordly in row 1: excluded by task and by episode, not by none
+    assert demos_for(buf, step("a", RESULTS, "click[item 2]", "?", "e0"), fmt)[1].next_state.text == own
+    plain = demos_for(buf, probe, ExperienceFormat(k=2, exclude=exclude))
     assert not any(d.info.get("subject_demo") for d in plain)
     search = demos_for(buf, step("z", "search", "search[tea]", "?", "e9"), fmt)
     assert not any(d.info.get("subject_demo") for d in search)  # no subject: nearest neighbours only
@@ -71,8 +104,8 @@ def test_demos_for_puts_the_subject_first_and_marks_it():
 def test_with_subject_keeps_k_and_drops_the_duplicate():
     buf = buffer_with_subjects()
     others = [buf.items[1], buf.items[2], buf.items[0]]
-    out = buf.with_subject(others, 1, 2)
-    assert [d.next_state.text for d in out] == [ITEM, "hollis page"]
+    assert [d.next_state.text for d in buf.with_subject(others, 1, 2)] == ["hollis page", ITEM]
+    assert [d.next_state.text for d in buf.with_subject(others, 1, 1)] == [ITEM]
     assert buf.with_subject(others, None, 2) == others[:2]
 
 
@@ -85,13 +118,21 @@ def test_a_subject_demo_shows_its_whole_next_state():
     assert "buy now reward" in marked and "buy now" not in plain.split("next :")[1].split("reward")[0]
 
 
-def test_the_subject_index_is_rebuilt_after_a_reload(tmp_path):
-    buf = buffer_with_subjects()
-    buf.save(tmp_path / "r")
-    again = ReplayBuffer.load(tmp_path / "r", HashingEmbedder(64))
-    assert again.subject_rows == {}
-    again.set_subject(clicked_title)
-    assert again.subject_rows == buf.subject_rows
+def test_load_replay_indexes_subjects_when_the_config_asks(tmp_path):
+    from dreamgym_pl.stages.experience import experience_format, load_replay
+
+    shop = make_vec_env("webshop", num_products=50, num_test=5, num_val=5)
+    for on in (True, False):
+        cfg = OmegaConf.create({"replay": {"embedder": "hashing", "dim": 64, "capacity": 16, "max_size": None,
+                                           "subject_demos": on}})
+        run = SimpleNamespace(cfg=cfg, env=shop, dir=tmp_path)
+        buf = load_replay(run, fresh=True)
+        buf.add([step("a", RESULTS, "click[item 2]", ITEM, "e0")], "offline")
+        assert (buf.subject_rows == {NORDLY: [0]}) == on
+        buf.save(tmp_path / "replay")
+        assert (load_replay(run).subject_rows == {NORDLY: [0]}) == on  # rebuilt on load
+    full = OmegaConf.load("conf/config.yaml")
+    assert full.replay.subject_demos is False
 
 
 def test_the_synthetic_env_shows_the_subject_page_in_its_prompt():
@@ -110,7 +151,7 @@ def test_the_synthetic_env_shows_the_subject_page_in_its_prompt():
 
     buf = buffer_with_subjects()
     page = Observation(RESULTS, ["click[item 1]", "click[item 2]"])
-    for subject_demos, shown in ((True, True), (False, False)):
+    for subject_demos in (True, False):
         fmt = ExperienceFormat(k=2, demo_words=5, subject_demos=subject_demos)
         eng = Canned()
         env = SyntheticEnv(eng, buf, fmt, lambda t: page, lambda s: [], lambda a, o: True,
@@ -118,5 +159,5 @@ def test_the_synthetic_env_shows_the_subject_page_in_its_prompt():
         env.reset([Task("a", "buy tea"), Task("z", "buy tea")])
         env.step(["click[item 2]", "click[item 2]"])
         # task a may not see its own row 1: it gets row 3 (ITEM + " second"); task z the oldest, row 1
-        assert ("price: $36.93 [SEP] description [SEP] features [SEP] reviews [SEP] buy now second" in eng.prompts[0]) == shown
-        assert (eng.prompts[1].count("buy now reward") == 1) == shown
+        assert ("[SEP] reviews [SEP] buy now second reward" in eng.prompts[0]) == subject_demos
+        assert (eng.prompts[1].count("buy now reward") == 1) == subject_demos

@@ -118,8 +118,9 @@ class Environment(ABC):
         """The name of what `action` opens, where the next state is a fixed function of it whatever the task
         (WebShop: the product a results-page click opens, by its title), else None. With
         `replay.subject_demos` the experience model is shown a real transition that opened the same thing, so
-        that it can copy the page instead of inventing it. Read from the state's text alone: synthetic states
-        carry no element ids. By default None (no subject)."""
+        that it can copy the page instead of inventing it. Read from the state's text alone (synthetic states
+        carry no element ids), in a form that a detokenised copy of the page reads alike. A page that also shows
+        the task (WebShop's `show_instruction`) shows another task's in the demonstration. By default None."""
         return None
 
     def initial_observation(self, task: Task) -> Observation:

@@ -50,7 +50,7 @@ class ExperienceFormat:
     exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
     overfetch: int = 4          # exclude=episode: extra neighbours retrieved so that k remain
     synthetic_demos: bool = False  # retrieval may show the buffer's synthetic transitions (enrichment); else real only
-    subject_demos: bool = False    # the first demonstration is a real transition that opened what the action opens
+    subject_demos: bool = False    # the last demonstration is a real transition that opened what the action opens
                                    # (env.action_subject), its next state shown as the current state is (state_words)
     max_prompt_tokens: int = 768   # training prompts keep their last N tokens
     max_target_tokens: int = 256   # training targets keep their first N tokens

@@ -57,8 +57,8 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
     """Top-k real transitions similar to (task, state, action) under the format's exclusion rule: `task` (none of
     the transition's own task: leakage-free), `episode` (none of its own episode; `k + overfetch` are retrieved
     so that k remain) or `none`; synthetic transitions only with `fmt.synthetic_demos`. With `fmt.subject_demos`
-    (and a buffer indexed by `set_subject`) the first is a transition that opened the same subject, when one
-    passes the same rules."""
+    (and a buffer indexed by `set_subject`) the last is a real transition that opened the same subject, when one
+    passes the same exclusion rule."""
     if buffer is None or fmt.k <= 0:
         return []
     key = transition_key(t.task.instruction, t.state.text, t.action)
@@ -73,7 +73,7 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
         res = [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)]
     row = None
     if fmt.subject_demos and buffer.subject is not None:
-        row = buffer.subject_row(buffer.subject(t.state.text, t.action), real_only,
+        row = buffer.subject_row(buffer.subject(t.state.text, t.action),
                                  t.task.task_id if fmt.exclude == "task" else None,
                                  ep if fmt.exclude == "episode" else None)
     return buffer.with_subject(res, row, fmt.k)

@@ -112,8 +112,8 @@ class SyntheticEnv:
             if self.fmt.subject_demos and self.buffer.subject is not None:
                 subject = self.buffer.subject
                 demos = [self.buffer.with_subject(
-                    d, self.buffer.subject_row(subject(self._obs[i].text, actions[i]), not self.fmt.synthetic_demos,
-                                               exclude[j] if exclude else None), self.fmt.k)
+                    d, self.buffer.subject_row(subject(self._obs[i].text, actions[i]), exclude[j] if exclude else None),
+                    self.fmt.k)
                          for j, (i, d) in enumerate(zip(live, demos))]
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)

@@ -5,9 +5,9 @@
   duplicates (same task, state, action and next state) are skipped; the index grows past its capacity.
 - `max_size`: when set, the oldest synthetic entries are evicted first (marked deleted in the index).
 - `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries.
-- `set_subject(fn)`: index rows by `fn(state_text, action)` (the env's `action_subject`: what the action opens);
-  `query(..., subjects=...)` then puts the first allowed row of each key's subject first (a copy of it marked
-  `info["subject_demo"]`), the nearest neighbours after it. The subject index is derived, not saved.
+- `set_subject(fn)`: index the real rows by `fn(state_text, action)` (the env's `action_subject`: what the action
+  opens); `subject_row(name, ...)` is the oldest such row a query may return, and `with_subject(demos, row, k)`
+  puts a copy of it (marked `info["subject_demo"]`) after the nearest neighbours. The index is derived, not saved.
 - `save(dir)` / `load(dir)`: each save writes a new version folder and then atomically swaps the
   `CURRENT` pointer file (`os.replace`), so a crash mid-save leaves the previous copy loadable.
 """
@@ -56,28 +56,30 @@ class ReplayBuffer:
         self.synthetic_rows: set[int] = set()  # live synthetic rows: what `real_only` leaves out, kept as rows change
         self.task_rows: dict[str, set[int]] = {}  # task id -> its rows (leakage-free retrieval)
         self.subject: Callable[[str, str], str | None] | None = None
-        self.subject_rows: dict[str, list[int]] = {}  # subject -> its rows, oldest first (subject demos)
+        self.subject_rows: dict[str, list[int]] = {}  # subject -> its real rows, oldest first (subject demos)
 
     def set_subject(self, fn: Callable[[str, str], str | None] | None) -> None:
-        """Index every row (and every later one) by `fn(state_text, action)`; None drops the index."""
+        """Index every real row (and every later one) by `fn(state_text, action)`; None drops the index. Synthetic
+        rows are never indexed: a subject demonstration is shown as the page to copy, so it must be a real one
+        (and only synthetic rows are evicted, so the index never holds a deleted row)."""
         self.subject, self.subject_rows = fn, {}
         for i, t in enumerate(self.items):
             if t is not None:
-                self._index_subject(i, t)
+                self._index_subject(i, t, self.sources[i])
 
-    def _index_subject(self, i: int, t: Transition) -> None:
-        if self.subject is not None:
+    def _index_subject(self, i: int, t: Transition, source: str) -> None:
+        if self.subject is not None and source != "synthetic":
             name = self.subject(t.state.text, t.action)
             if name:
                 self.subject_rows.setdefault(name, []).append(i)
 
-    def subject_row(self, name: str | None, real_only: bool = True, exclude_task: str | None = None,
+    def subject_row(self, name: str | None, exclude_task: str | None = None,
                     exclude_episode: str | None = None) -> int | None:
-        """The oldest live row of subject `name` that a query may return (not synthetic with `real_only`, not of
-        task `exclude_task`, not of episode `exclude_episode`), or None."""
+        """The oldest real row of subject `name` not of task `exclude_task` nor of episode `exclude_episode`, or
+        None."""
         for i in self.subject_rows.get(name, ()) if name else ():
             t = self.items[i]
-            if i in self.deleted or t is None or (real_only and i in self.synthetic_rows):
+            if i in self.deleted or t is None:
                 continue
             if exclude_task is not None and t.task.task_id == exclude_task:
                 continue
@@ -87,14 +89,15 @@ class ReplayBuffer:
         return None
 
     def with_subject(self, demos: Sequence[Transition], row: int | None, k: int) -> list[Transition]:
-        """`demos` (best first) headed by row `row` (a copy marked `info["subject_demo"]`; the row itself is
-        dropped from `demos` if there), cut to k; `demos[:k]` unchanged when `row` is None."""
+        """The first k - 1 of `demos` (best first; row `row` itself dropped if there), then a copy of row `row`
+        marked `info["subject_demo"]`: last, nearest the state in the prompt, and the last demonstration a prompt
+        cut to its last tokens loses. `demos[:k]` when `row` is None."""
         if row is None or k <= 0:
             return list(demos)[:k]
         t = self.items[row]
         assert t is not None
         rest = [d for d in demos if d is not t]
-        return [replace(t, info={**t.info, "subject_demo": True})] + rest[: k - 1]
+        return rest[: k - 1] + [replace(t, info={**t.info, "subject_demo": True})]
 
     def __len__(self) -> int:
         return len(self.items) - len(self.deleted)
@@ -123,7 +126,7 @@ class ReplayBuffer:
         self.sources.extend([source] * len(new))
         for i, t in enumerate(new, start):
             self.task_rows.setdefault(t.task.task_id, set()).add(i)
-            self._index_subject(i, t)
+            self._index_subject(i, t, source)
         if source == "synthetic":
             self.synthetic_rows.update(range(start, need))
         self._evict()

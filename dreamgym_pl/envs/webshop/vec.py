@@ -20,22 +20,31 @@ CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "cl
 INVALID_NOTE = re.compile(r"^\s*invalid action\s*:.*?\[SEP\]\s*", re.IGNORECASE | re.DOTALL)
 
 
+def _flat(text: str) -> str:
+    """Lower case without any whitespace: the synthetic env's pages are detokenised model text (`t - shirt`,
+    `$ 3 . 08`, `item 2`), the real ones are not."""
+    return "".join(text.lower().split())
+
+
+_CONTROL_HANDLES = {_flat(c) for c in ("back to search", "next >", "< prev", "buy now", "description", "features",
+                                       "reviews")}
+
+
 def clicked_title(state_text: str, action: str) -> str | None:
-    """The title listed after the handle `action` clicks on a results page (`... [SEP] item 2 [SEP] <title> [SEP]
-    $12.00 ...`), else None (another page, another action, a handle the page does not list). Spacing- and
-    case-insensitive, as the synthetic env's pages are detokenised model text."""
+    """The product a click on a results page opens, named by the title and price listed after the clicked handle
+    (`... [SEP] item 2 [SEP] <title> [SEP] $12.00 ...`; a title alone is not unique), whitespace removed and lower
+    case, so that a real page and its detokenised synthetic copy name it alike; else None (another page, another
+    action, a handle the page does not list)."""
     m = re.fullmatch(r"\s*click\s*\[(.*)\]\s*", action, re.DOTALL)
-    if not m:
+    if not m or _flat(m.group(1)) in _CONTROL_HANDLES:
         return None
-    handle = " ".join(m.group(1).lower().split())
-    if handle in ("back to search", "next >", "< prev", "buy now", "description", "features", "reviews"):
+    handle = _flat(m.group(1))
+    parts = [_flat(p) for p in state_text.split("[SEP]")]
+    if not any(re.match(r"page\d+\(totalresults", p) for p in parts):  # a results page names its page number
         return None
-    parts = [" ".join(p.lower().split()) for p in state_text.split("[SEP]")]
-    if not any(p.startswith("page ") for p in parts):  # a results page names its page number
-        return None
-    for j, p in enumerate(parts[:-1]):
-        if p == handle and parts[j + 1] and not parts[j + 1].startswith("$"):
-            return parts[j + 1]
+    for j, p in enumerate(parts[:-2]):
+        if p == handle and parts[j + 1] and parts[j + 2].startswith("$"):
+            return f"{parts[j + 1]} {parts[j + 2]}"
     return None
 
 

@@ -161,3 +161,14 @@ def test_the_synthetic_env_shows_the_subject_page_in_its_prompt():
         # task a may not see its own row 1: it gets row 3 (ITEM + " second"); task z the oldest, row 1
         assert ("[SEP] reviews [SEP] buy now second reward" in eng.prompts[0]) == subject_demos
         assert (eng.prompts[1].count("buy now reward") == 1) == subject_demos
+
+
+def test_demo_next_words_bounds_the_demonstrations_next_states():
+    buf = buffer_with_subjects()
+    probe = step("z", RESULTS, "click[item 2]", "?", "e9")
+    demo = buf.items[1]
+    cut = build_prompt("buy tea", [], [demo], probe.state, probe.action, ExperienceFormat(k=1, demo_words=5))
+    whole = build_prompt("buy tea", [], [demo], probe.state, probe.action,
+                         ExperienceFormat(k=1, demo_words=5, demo_next_words=100))
+    assert "buy now reward" in whole and "buy now reward" not in cut
+    assert whole.split("action :")[0] == cut.split("action :")[0]  # the demonstration's state keeps demo_words

@@ -45,6 +45,7 @@ class ExperienceFormat:
     history_obs_words: int = 0  # words of each past state shown
     k: int = 2                  # demonstrations shown (retrieved real transitions); 0 = no retrieval
     demo_words: int = 40        # words of demo states / next states shown
+    demo_next_words: int | None = None  # words of demo next states shown (None: demo_words)
     state_words: int = 120      # words of the current state shown
     reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
     exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
@@ -75,7 +76,7 @@ def build_prompt(instruction: str, history: Sequence[tuple[str, str]], demos: Se
                  action: str, fmt: ExperienceFormat) -> str:
     parts = []
     for d in list(demos)[: fmt.k]:
-        nxt = fmt.state_words if d.info.get("subject_demo") else fmt.demo_words
+        nxt = fmt.state_words if d.info.get("subject_demo") else (fmt.demo_next_words or fmt.demo_words)
         parts.append(f"example : state : {_words(d.state.text, fmt.demo_words)} action : {d.action} "
                      f"next : {_words(d.next_state.text, nxt)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
     parts += history_lines(history, fmt.history, fmt.history_obs_words)

@@ -29,7 +29,8 @@ COPY_SEP = "predict :"  # the experience model's copy examples end their prompt 
 
 def experience_format(run: Run) -> ExperienceFormat:
     e = run.cfg.experience
-    return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words, state_words=e.state_words,
+    return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words,
+                            demo_next_words=e.get("demo_next_words"), state_words=e.state_words,
                             reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
                             synthetic_demos=run.cfg.replay.synthetic_demos,
                             subject_demos=bool(run.cfg.replay.get("subject_demos", False)),

@@ -172,3 +172,23 @@ def test_demo_next_words_bounds_the_demonstrations_next_states():
                          ExperienceFormat(k=1, demo_words=5, demo_next_words=100))
     assert "buy now reward" in whole and "buy now reward" not in cut
     assert whole.split("action :")[0] == cut.split("action :")[0]  # the demonstration's state keeps demo_words
+
+
+def test_step_kinds_and_scores_by_kind():
+    from dreamgym_pl.experience.fidelity import scores_by_kind, step_kind
+    from dreamgym_pl.experience.format import ParsedStep
+
+    s = step("a", RESULTS, "search[tea]", RESULTS, "e0")
+    o = step("a", RESULTS, "click[item 2]", ITEM, "e0")
+    e = Transition(task=Task("a", "buy tea"), step=2, state=Observation(ITEM), action="click[buy now]",
+                   next_state=Observation("thank you"), reward=1.0, done=True)
+    assert step_kind(s, None, False) == "search"
+    assert step_kind(o, NORDLY, True) == "opens, shown" and step_kind(o, NORDLY, False) == "opens, unseen"
+    assert step_kind(e, None, False) == "ends"
+    assert step_kind(step("a", ITEM, "click[small]", ITEM, "e0"), None, False) == "other"
+    right = ParsedStep(Observation(ITEM, ["click[buy now]"]), 0.0, False)
+    wrong = ParsedStep(Observation("nothing alike", []), 0.0, False)
+    res = scores_by_kind([right, wrong], [o, s], ["click[buy now]", None], [True, False], ["opens, shown", "search"])
+    assert res["opens, shown"]["open_loop/state_f1"] == 1.0 and res["search"]["open_loop/state_f1"] == 0.0
+    assert res["opens, shown"]["open_loop/action_recall_valid"] == 1.0
+    assert res["all"]["open_loop/steps"] == 2.0 and res["all"]["open_loop/state_f1"] == 0.5

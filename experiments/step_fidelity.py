@@ -2,8 +2,10 @@
 train tasks R times in the real env; every real step is replayed through the experience model (greedy, the real
 history, retrieval as the run's config says) and scored per kind (`fidelity.step_kind`): search, a click that opens
 a subject (`env.action_subject`: a product from a results page) whose page a real transition in the replay buffer
-shows or not, the episode's last step, other. Scores: next-state token F1, admissible-list F1, next-action recall
-(only actions the real env accepted), reward agreement.
+shows or not, a step that ends the episode, other. Scores: next-state token F1, admissible-list F1, next-action
+recall (only actions the real env accepted), reward agreement (endings judged by the run's outcome model where it has
+one, as in the synthetic env). The replay buffer is the run's as it stands (after synthetic RL and S2R it also holds
+their real transitions), so "shown" and the demonstrations are those of the end of the run.
 
     python experiments/step_fidelity.py --run-dir D [--policy sft] [--tasks 100] [--rollouts-per-task 2] [--seed 0]
         [--out F.json] [key=value ...]
@@ -25,8 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.experience.fidelity import scores_by_kind, step_kind  # noqa: E402
-from dreamgym_pl.experience.judge import predict_steps  # noqa: E402
+from dreamgym_pl.experience.fidelity import open_loop_steps, scores_by_kind, step_kind  # noqa: E402
 from dreamgym_pl.experience.module import demos_for  # noqa: E402
 from dreamgym_pl.models import load_pretrained  # noqa: E402
 from dreamgym_pl.rollout.actor import policy_actor  # noqa: E402
@@ -35,6 +36,7 @@ from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
+from dreamgym_pl.stages.outcome_model import load_outcome  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
 
 COLS = ("state_f1", "admissible_f1", "action_recall_valid", "reward_agreement", "steps")
@@ -56,7 +58,8 @@ def main() -> None:
     run = Run(cfg, d)
     policy, tok = load_pretrained(d / "checkpoints" / args.policy, cfg.model.get("dtype", "float32"))
     algo = algorithm(run)
-    tasks = random.Random(args.seed).sample(unseen_train_tasks(run), args.tasks)
+    pool = unseen_train_tasks(run)
+    tasks = random.Random(args.seed).sample(pool, min(args.tasks, len(pool)))
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,
                          algo.cfg.max_new_tokens, algo.cfg.top_p)
     torch.manual_seed(args.seed)
@@ -67,16 +70,13 @@ def main() -> None:
     if buffer.subject is None:  # the kinds need the subject index even where the run's prompts do not use it
         buffer.set_subject(subject_of)
     exp, etok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"), cfg.model.get("dtype", "float32"))
-    parsed, refs = predict_steps(HFEngine(exp, etok, micro_batch=args.batch), real, lambda t: demos_for(buffer, t, fmt),
-                                 fmt, cfg.experience.max_new_tokens)
-    following = [tr.transitions[j + 1] if j + 1 < len(tr.transitions) else None
-                 for tr in real for j in range(len(tr.transitions))]
-    kinds = []
-    for t in refs:
-        name = subject_of(t.state.text, t.action)
-        kinds.append(step_kind(t, name, buffer.subject_row(name, t.task.task_id) is not None))
-    res = scores_by_kind(parsed, refs, [f.action if f else None for f in following],
-                         [f is not None and not f.info.get("invalid") for f in following], kinds)
+    parsed, refs, nxt, ok = open_loop_steps(HFEngine(exp, etok, micro_batch=args.batch), real,
+                                            lambda t: demos_for(buffer, t, fmt), fmt, cfg.experience.max_new_tokens,
+                                            outcome=load_outcome(run))
+    kinds = [step_kind(t, subject_of(t.state.text, t.action),
+                       buffer.subject_for(t.state.text, t.action, fmt.exclude, t.task.task_id,
+                                          t.info.get("episode")) is not None) for t in refs]
+    res = scores_by_kind(parsed, refs, nxt, ok, kinds)
     print(f"{d}: policy {args.policy}, {len(real)} real episodes, replay.subject_demos="
           f"{cfg.replay.get('subject_demos', False)}, experience.demo_next_words={cfg.experience.get('demo_next_words')}")
     print("| kind | " + " | ".join(COLS) + " |\n|---|" + "---|" * len(COLS))

@@ -109,13 +109,21 @@ def test_with_subject_keeps_k_and_drops_the_duplicate():
     assert buf.with_subject(others, None, 2) == others[:2]
 
 
-def test_a_subject_demo_shows_its_whole_next_state():
+def test_a_subject_demo_shows_its_next_state_as_the_current_state_is_shown():
     buf = buffer_with_subjects()
-    fmt = ExperienceFormat(k=1, demo_words=5, state_words=100, subject_demos=True)
     probe = step("z", RESULTS, "click[item 2]", "?", "e9")
-    marked = build_prompt("buy tea", [], demos_for(buf, probe, fmt), probe.state, probe.action, fmt)
+    for state_words, shown in ((100, "buy now reward"), (8, "size: ... reward")):  # ITEM: 30 words
+        fmt = ExperienceFormat(k=1, demo_words=5, state_words=state_words, subject_demos=True)
+        marked = build_prompt("buy tea", [], demos_for(buf, probe, fmt), probe.state, probe.action, fmt)
+        assert shown in marked
     plain = build_prompt("buy tea", [], [buf.items[1]], probe.state, probe.action, fmt)
-    assert "buy now reward" in marked and "buy now" not in plain.split("next :")[1].split("reward")[0]
+    assert "next : back to search [SEP] < ... reward" in plain  # a plain demonstration: demo_words
+
+
+def full_experience():
+    full = OmegaConf.load("conf/config.yaml")
+    return OmegaConf.create({"experience": {**OmegaConf.to_container(full.experience), "demo_next_words": 60},
+                             "replay": OmegaConf.to_container(full.replay)})
 
 
 def test_load_replay_indexes_subjects_when_the_config_asks(tmp_path):
@@ -126,6 +134,8 @@ def test_load_replay_indexes_subjects_when_the_config_asks(tmp_path):
         cfg = OmegaConf.create({"replay": {"embedder": "hashing", "dim": 64, "capacity": 16, "max_size": None,
                                            "subject_demos": on}})
         run = SimpleNamespace(cfg=cfg, env=shop, dir=tmp_path)
+        fmt = experience_format(SimpleNamespace(cfg=OmegaConf.merge(full_experience(), cfg)))
+        assert fmt.subject_demos == on and fmt.demo_next_words == 60
         buf = load_replay(run, fresh=True)
         buf.add([step("a", RESULTS, "click[item 2]", ITEM, "e0")], "offline")
         assert (buf.subject_rows == {NORDLY: [0]}) == on
@@ -192,3 +202,15 @@ def test_step_kinds_and_scores_by_kind():
     assert res["opens, shown"]["open_loop/state_f1"] == 1.0 and res["search"]["open_loop/state_f1"] == 0.0
     assert res["opens, shown"]["open_loop/action_recall_valid"] == 1.0
     assert res["all"]["open_loop/steps"] == 2.0 and res["all"]["open_loop/state_f1"] == 0.5
+
+
+def test_subject_for_follows_the_exclusion_rule():
+    buf = buffer_with_subjects()
+    assert buf.subject_for(RESULTS, "click[item 2]", "task", "a") == 3
+    assert buf.subject_for(RESULTS, "click[item 2]", "episode", "a", "e0") == 3
+    assert buf.subject_for(RESULTS, "click[item 2]", "none", "a", "e0") == 1
+    assert buf.subject_for(RESULTS, "click[next >]", "none", "a") is None
+    buf.deleted.add(1)  # a deleted row is never returned
+    assert buf.subject_for(RESULTS, "click[item 2]", "none", "a") == 3
+    buf.set_subject(None)
+    assert buf.subject_for(RESULTS, "click[item 2]", "none", "a") is None

@@ -111,7 +111,8 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
 def step_kind(t: Transition, subject: str | None, has_subject_row: bool) -> str:
     """What a real step does, for open-loop scores by kind: `search`, `opens` (the action opens a subject, e.g. a
     product from a results page: `opens, shown` when the replay buffer holds a real transition that opened it,
-    `opens, unseen` otherwise), `ends` (the episode's last step) or `other`."""
+    `opens, unseen` otherwise), `ends` (a step that ends the episode: done; a step-limit cut is not one) or
+    `other`."""
     if t.done:
         return "ends"
     if t.action.strip().lower().startswith("search"):
@@ -132,9 +133,10 @@ def scores_by_kind(parsed: Sequence[ParsedStep], refs: Sequence[Transition], nex
     return out
 
 
-def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
-              max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None) -> dict[str, float]:
-    """Replay real trajectories through the experience model (greedy), with the real history and
+def open_loop_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
+                    max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None):
+    """(parsed predictions, the real steps, the action the policy took next or None, whether the real env accepted
+    it): real trajectories replayed through the experience model (greedy), with the real history and
     `demos(transition) -> retrieved demonstrations`; `outcome` judges the predicted endings' rewards, as in the
     synthetic env."""
     parsed, refs = predict_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps)
@@ -143,8 +145,14 @@ def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt:
                  for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
     nxt = [f.action if f is not None else None for f in following]
     ok = [f is not None and not f.info.get("invalid") for f in following]
-    return score_open_loop(parsed, refs, nxt, next_valid=ok) if refs else {}
+    return parsed, refs, nxt, ok
 
+
+def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
+              max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None) -> dict[str, float]:
+    """`score_open_loop` of `open_loop_steps`."""
+    parsed, refs, nxt, ok = open_loop_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps, outcome)
+    return score_open_loop(parsed, refs, nxt, next_valid=ok) if refs else {}
 
 def closed_loop_report(real: Sequence[Trajectory], synthetic: Sequence[Trajectory], max_steps: int, ret,
                        seed: int = 0) -> dict[str, Any]:

@@ -71,11 +71,7 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
     else:
         res = buffer.query([key], fmt.k + fmt.overfetch, real_only=real_only)[0]
         res = [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)]
-    row = None
-    if fmt.subject_demos and buffer.subject is not None:
-        row = buffer.subject_row(buffer.subject(t.state.text, t.action),
-                                 t.task.task_id if fmt.exclude == "task" else None,
-                                 ep if fmt.exclude == "episode" else None)
+    row = buffer.subject_for(t.state.text, t.action, fmt.exclude, t.task.task_id, ep) if fmt.subject_demos else None
     return buffer.with_subject(res, row, fmt.k)
 
 

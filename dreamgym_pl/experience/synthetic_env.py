@@ -109,12 +109,10 @@ class SyntheticEnv:
             keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
             exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
             demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude)
-            if self.fmt.subject_demos and self.buffer.subject is not None:
-                subject = self.buffer.subject
-                demos = [self.buffer.with_subject(
-                    d, self.buffer.subject_row(subject(self._obs[i].text, actions[i]), exclude[j] if exclude else None),
-                    self.fmt.k)
-                         for j, (i, d) in enumerate(zip(live, demos))]
+            if self.fmt.subject_demos:  # synthetic episodes have no real rows of their own episode to exclude
+                demos = [self.buffer.with_subject(d, self.buffer.subject_for(self._obs[i].text, actions[i], self.fmt.exclude,
+                                                                             self._tasks[i].task_id), self.fmt.k)
+                         for i, d in zip(live, demos)]
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
                    for j, i in enumerate(live)]

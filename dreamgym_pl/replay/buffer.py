@@ -88,6 +88,15 @@ class ReplayBuffer:
             return i
         return None
 
+    def subject_for(self, state_text: str, action: str, exclude: str, task_id: str | None,
+                    episode: str | None = None) -> int | None:
+        """`subject_row` of what `action` opens from `state_text`, under a retrieval exclusion rule (`replay.exclude`:
+        task excludes `task_id`'s rows, episode `episode`'s, none nothing); None without a subject index."""
+        if self.subject is None:
+            return None
+        return self.subject_row(self.subject(state_text, action), task_id if exclude == "task" else None,
+                                episode if exclude == "episode" else None)
+
     def with_subject(self, demos: Sequence[Transition], row: int | None, k: int) -> list[Transition]:
         """The first k - 1 of `demos` (best first; row `row` itself dropped if there), then a copy of row `row`
         marked `info["subject_demo"]`: last, nearest the state in the prompt, and the last demonstration a prompt

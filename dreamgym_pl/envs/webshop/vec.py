@@ -20,12 +20,8 @@ CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "cl
 INVALID_NOTE = re.compile(r"^\s*invalid action\s*:.*?\[SEP\]\s*", re.IGNORECASE | re.DOTALL)
 
 
-def _flat(text: str) -> str:
-    """Lower case without any whitespace: the synthetic env's pages are detokenised model text (`t - shirt`,
-    `$ 3 . 08`, `item 2`), the real ones are not."""
-    return "".join(text.lower().split())
-
-
+# lower case without whitespace: the synthetic env's pages are detokenised model text (`t - shirt`, `$ 3 . 08`)
+_flat = action_key
 _CONTROL_HANDLES = {_flat(c) for c in ("back to search", "next >", "< prev", "buy now", "description", "features",
                                        "reviews")}
 

@@ -84,7 +84,8 @@ def main() -> None:
     if args.split:
         tasks = run.env.tasks(args.split)[: args.tasks]
     else:
-        tasks = random.Random(args.seed).sample(unseen_train_tasks(run), args.tasks)
+        pool = unseen_train_tasks(run)
+        tasks = random.Random(args.seed).sample(pool, min(args.tasks, len(pool)))
     if args.agent:
         actor, who = make_agent(args.agent, seed=args.seed, eps=run.cfg.collect.noisy_eps, env=run.env), args.agent
     else:

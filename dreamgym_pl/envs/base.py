@@ -123,6 +123,13 @@ class Environment(ABC):
         the task (WebShop's `show_instruction`) shows another task's in the demonstration. By default None."""
         return None
 
+    def tool_observation(self, task: Task, action: str) -> Observation | None:
+        """The observation `action` leads to where it is a fixed function of the task and the action alone, read
+        from the real env (WebShop: a search's results page, the search engine's answer), else None. With
+        `experience.real_tools` the synthetic env takes it instead of generating one; each is a real transition
+        and is counted as one (`synthetic_rl/tool_real_transitions`). By default None."""
+        return None
+
     def initial_observation(self, task: Task) -> Observation:
         """The first observation of a task, a fixed function of it (no transition is consumed)."""
         return self.reset([task])[0]

@@ -29,12 +29,14 @@ class SyntheticEnv:
                  is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
                  enrich: bool = True, invalid_action: str = "end",
                  invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs,
-                 outcome: Outcome | None = None):
+                 outcome: Outcome | None = None, tool: Callable[[Task, str], Observation | None] | None = None):
         """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
         0: the paper's rule), `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
         the real env's rule) or `model` (no rule: the experience model predicts what follows, as for any
         action; the step is still marked invalid when the predicted list lacks the action). `outcome`: the
-        reward of a predicted ending (None: the experience model's own)."""
+        reward of a predicted ending (None: the experience model's own). `tool(task, action)`: the real
+        observation of an action that is a fixed function of task and action (the env's `tool_observation`), taken
+        instead of a generated one where not None (`stats["tool_calls"]`; reward 0, the episode goes on)."""
         if invalid_action not in ("end", "stay", "model"):
             raise ValueError(f"experience.invalid_action: must be end, stay or model, got {invalid_action!r}")
         self.invalid_action, self.invalid_observation = invalid_action, invalid_observation
@@ -48,6 +50,7 @@ class SyntheticEnv:
         self.params = params
         self.enrich = enrich
         self.outcome = outcome
+        self.tool = tool
         self.defer_enrich = False
         self.pending: list[Transition] = []
         self.own_digests: set[str] = set()  # distinct transitions this rank produced (data-parallel bookkeeping)
@@ -99,6 +102,18 @@ class SyntheticEnv:
                 self._hist[i].append((self._obs[i].text, a))
                 self._obs[i] = obs
                 out[i] = StepResult(obs, 0.0, self._done[i], info)
+                continue
+            seen = self.tool(self._tasks[i], a) if self.tool is not None else None
+            if seen is not None:  # a real observation (e.g. a search's results): no generation
+                self._steps[i] += 1
+                self.stats["tool_calls"] = self.stats.get("tool_calls", 0) + 1
+                self._done[i] = self._steps[i] >= self.max_steps
+                info = {"invalid": False, "synthetic": True, "tool": True, "success": False, "score": 0.0}
+                if self._done[i]:
+                    info["truncated"] = True
+                self._hist[i].append((self._obs[i].text, a))
+                self._obs[i] = seen
+                out[i] = StepResult(seen, 0.0, self._done[i], info)
                 continue
             live.append(i)
         if not live:

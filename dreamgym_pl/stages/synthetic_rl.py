@@ -80,7 +80,8 @@ def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
     return SyntheticEnv(run.engine_for("experience", model, tok), buffer, experience_format(run),
                         starts, starts.meter.tasks, starts.meter.is_admissible, params,
                         max_steps=run.env.max_steps, invalid_action=e.invalid_action,
-                        invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run))
+                        invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run),
+                        tool=run.env.tool_observation if e.get("real_tools", False) else None)
 
 
 def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path | None) -> Curriculum:
@@ -252,6 +253,7 @@ def run_stage(run: Run) -> None:
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
         "synthetic_rl/replay_size": len(buffer),
+        **({"synthetic_rl/tool_real_transitions": st["tool_calls"]} if st.get("tool_calls") else {}),
         # the outcome model's verdicts on the endings the experience model predicted (experience.outcome_model)
         **({"synthetic_rl/outcome_judged": st["outcome_judged"],
             "synthetic_rl/outcome_success_share": st["outcome_success"] / max(1, st["outcome_judged"]),

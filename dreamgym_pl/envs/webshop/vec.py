@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from dreamgym_pl.core import Observation, Task, Transition
-from dreamgym_pl.envs.base import SerialVecEnv, action_key, register, root_goal
+from dreamgym_pl.envs.base import SerialVecEnv, action_key, canonical_action, register, root_goal
 from dreamgym_pl.envs.webshop.agents import WEBSHOP_AGENTS, make_webshop_agent
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
 from dreamgym_pl.envs.webshop.goals import goal_type, products_by_type, variation_problem
@@ -98,6 +98,16 @@ class WebShopVecEnv(SerialVecEnv):
         """The title of the product a click on a results page opens (`click[item 2]` or `click[<asin>]`: the
         page element after the clicked handle), else None."""
         return clicked_title(state_text, action)
+
+    def tool_observation(self, task: Task, action: str) -> Observation | None:
+        """A search's results page (the search engine's answer depends on the query alone), from a fresh single
+        env; None for any other action."""
+        a = canonical_action(action)
+        if not a.startswith("search["):
+            return None
+        env = self._new_env()
+        env.reset(task)
+        return env.step(a).observation
 
     def initial_observation(self, task: Task) -> Observation:
         """The search page of `task`, from a fresh single env (the batch slots are left alone)."""

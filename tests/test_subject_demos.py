@@ -214,3 +214,40 @@ def test_subject_for_follows_the_exclusion_rule():
     assert buf.subject_for(RESULTS, "click[item 2]", "none", "a") == 3
     buf.set_subject(None)
     assert buf.subject_for(RESULTS, "click[item 2]", "none", "a") is None
+
+
+def test_real_tools_answer_a_search_with_the_real_results_page():
+    from dreamgym_pl.experience.format import STOP, build_target
+    from dreamgym_pl.experience.synthetic_env import SyntheticEnv
+    from dreamgym_pl.rollout.sampling import Completion, SamplingParams
+
+    shop = make_vec_env("webshop", num_products=60, num_test=5, num_val=5, product_ids="index", results_per_page=3)
+    task = shop.tasks("train")[0]
+    query = "search[" + task.goal["query"] + "]"
+    shop.reset([task])
+    real = shop.step([query])[0].observation
+    assert shop.tool_observation(task, "search [ " + task.goal["query"] + " ]") == real  # detokenised action
+    assert shop.tool_observation(task, "click[item 1]") is None
+
+    class Canned:
+        def __init__(self):
+            self.prompts = []
+
+        def generate(self, prompts, params):
+            self.prompts += prompts
+            return [Completion(build_target(Observation("made up", ["click[buy now]"]), 0.0, False, "",
+                                            ExperienceFormat()), [], []) for _ in prompts]
+
+    for tool in (shop.tool_observation, None):
+        eng = Canned()
+        env = SyntheticEnv(eng, None, ExperienceFormat(k=0), shop.initial_observation, lambda s: [], shop.is_admissible,
+                           SamplingParams(temperature=0.7, max_new_tokens=16, stop=list(STOP)), max_steps=5,
+                           tool=tool, enrich=False)
+        env.reset([task])
+        r = env.step([query])[0]
+        assert (r.observation == real and r.info["tool"] and not eng.prompts) if tool else r.observation.text == "made up"
+        assert env.stats.get("tool_calls", 0) == (1 if tool else 0)
+        if tool:
+            r = env.step(["click[item 1]"])[0]  # any other action is generated, with the real page in its prompt
+            assert r.observation.text == "made up" and len(eng.prompts) == 1
+            assert real.text.split(" [SEP] ")[4] in eng.prompts[0]  # item 1's title

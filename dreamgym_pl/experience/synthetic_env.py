@@ -73,6 +73,15 @@ class SyntheticEnv:
                 n += self.buffer.add(part, source="synthetic")
         return n
 
+    def _move(self, i: int, action: str, obs: Observation, info: dict[str, Any]) -> StepResult:
+        """Episode i (its step already counted) goes to `obs` without generation, reward 0; done at the step limit."""
+        self._done[i] = self._steps[i] >= self.max_steps
+        if self._done[i]:
+            info["truncated"] = True
+        self._hist[i].append((self._obs[i].text, action))
+        self._obs[i] = obs
+        return StepResult(obs, 0.0, self._done[i], info)
+
     def reset(self, tasks: Sequence[Task]) -> list[Observation]:
         self._tasks = list(tasks)
         self._obs = [self.initial_observation(t) for t in self._tasks]
@@ -95,25 +104,15 @@ class SyntheticEnv:
                     self._done[i] = True
                     out[i] = StepResult(Observation(INVALID_STATE, []), 0.0, True, info)
                     continue
-                obs = self.invalid_observation(self._obs[i], a)  # the real env's rule: the state stays
-                self._done[i] = self._steps[i] >= self.max_steps
-                if self._done[i]:
-                    info["truncated"] = True
-                self._hist[i].append((self._obs[i].text, a))
-                self._obs[i] = obs
-                out[i] = StepResult(obs, 0.0, self._done[i], info)
+                # the real env's rule: the state stays
+                out[i] = self._move(i, a, self.invalid_observation(self._obs[i], a), info)
                 continue
             seen = self.tool(self._tasks[i], a) if self.tool is not None else None
             if seen is not None:  # a real observation (e.g. a search's results): no generation
                 self._steps[i] += 1
                 self.stats["tool_calls"] = self.stats.get("tool_calls", 0) + 1
-                self._done[i] = self._steps[i] >= self.max_steps
                 info = {"invalid": False, "synthetic": True, "tool": True, "success": False, "score": 0.0}
-                if self._done[i]:
-                    info["truncated"] = True
-                self._hist[i].append((self._obs[i].text, a))
-                self._obs[i] = seen
-                out[i] = StepResult(seen, 0.0, self._done[i], info)
+                out[i] = self._move(i, a, seen, info)
                 continue
             live.append(i)
         if not live:

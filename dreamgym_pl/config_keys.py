@@ -172,6 +172,7 @@ RULES: dict[str, Rule] = {
     "experience.demo_words": POS_INT,
     "experience.demo_next_words": nullable(POS_INT),
     "experience.real_tools": BOOL,
+    "experience.ending_rules": BOOL,
     "experience.state_words": POS_INT,
     "experience.max_transitions": NONNEG_INT,
     "experience.max_steps": integer(),

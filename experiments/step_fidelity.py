@@ -72,7 +72,8 @@ def main() -> None:
     exp, etok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"), cfg.model.get("dtype", "float32"))
     parsed, refs, nxt, ok = open_loop_steps(HFEngine(exp, etok, micro_batch=args.batch), real,
                                             lambda t: demos_for(buffer, t, fmt), fmt, cfg.experience.max_new_tokens,
-                                            outcome=load_outcome(run))
+                                            outcome=load_outcome(run),
+                                            ending_check=run.env.ending_check if cfg.experience.get("ending_rules") else None)
     kinds = [step_kind(t, subject_of(t.state.text, t.action),
                        buffer.subject_for(t.state.text, t.action, fmt.exclude, t.task.task_id,
                                           t.info.get("episode")) is not None) for t in refs]

@@ -130,6 +130,15 @@ class Environment(ABC):
         and is counted as one (`synthetic_rl/tool_real_transitions`). By default None."""
         return None
 
+    def ending_check(self, task: Task, history: Sequence[tuple[str, str]]) -> str | None:
+        """Why an episode ending on `history` ((observation text, action) pairs, the ending action last) cannot be
+        a success, decided by the task and what the agent saw and did, not by the env's hidden state (WebShop: a
+        purchase without an option the instruction asks for, or above its price bound); None when nothing rules
+        it out. A necessary condition only: it must never rule out an ending the real env pays as a success.
+        With `experience.ending_rules` the synthetic env pays such an ending as a failure whatever the outcome
+        model says. By default None (nothing is ruled out)."""
+        return None
+
     def initial_observation(self, task: Task) -> Observation:
         """The first observation of a task, a fixed function of it (no transition is consumed)."""
         return self.reset([task])[0]

@@ -12,9 +12,9 @@ Scoring is pure (unit-tested); `open_loop` calls the experience model through an
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from dreamgym_pl.core import Trajectory, Transition
+from dreamgym_pl.core import Task, Trajectory, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, ParsedStep
 from dreamgym_pl.experience.judge import predict_steps, score_steps
 from dreamgym_pl.experience.outcome import Outcome, classification_report, judge_endings
@@ -134,13 +134,19 @@ def scores_by_kind(parsed: Sequence[ParsedStep], refs: Sequence[Transition], nex
 
 
 def open_loop_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
-                    max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None):
+                    max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None,
+                    ending_check: Callable[[Task, Sequence[tuple[str, str]]], str | None] | None = None):
     """(parsed predictions, the real steps, the action the policy took next or None, whether the real env accepted
     it): real trajectories replayed through the experience model (greedy), with the real history and
-    `demos(transition) -> retrieved demonstrations`; `outcome` judges the predicted endings' rewards, as in the
-    synthetic env."""
+    `demos(transition) -> retrieved demonstrations`; `outcome` judges the predicted endings' rewards and
+    `ending_check(task, history)` rules successes out, as in the synthetic env."""
     parsed, refs = predict_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps)
-    parsed = judge_endings(parsed, [(t.task.instruction, t.state.text, t.action) for t in refs], outcome)
+    ruled_out = None
+    if ending_check is not None:
+        hists = [traj.transitions[: j + 1] for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
+        ruled_out = [p.valid and p.done and ending_check(h[-1].task, [(t.state.text, t.action) for t in h]) is not None
+                     for p, h in zip(parsed, hists)]
+    parsed = judge_endings(parsed, [(t.task.instruction, t.state.text, t.action) for t in refs], outcome, ruled_out)
     following = [traj.transitions[j + 1] if j + 1 < len(traj.transitions) else None
                  for traj in trajs for j in range(len(traj.transitions))][: len(refs)]
     nxt = [f.action if f is not None else None for f in following]
@@ -149,9 +155,10 @@ def open_loop_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos
 
 
 def open_loop(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
-              max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None) -> dict[str, float]:
+              max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None,
+              ending_check: Callable[[Task, Sequence[tuple[str, str]]], str | None] | None = None) -> dict[str, float]:
     """`score_open_loop` of `open_loop_steps`."""
-    parsed, refs, nxt, ok = open_loop_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps, outcome)
+    parsed, refs, nxt, ok = open_loop_steps(engine, trajs, demos, fmt, max_new_tokens, max_steps, outcome, ending_check)
     return score_open_loop(parsed, refs, nxt, next_valid=ok) if refs else {}
 
 def closed_loop_report(real: Sequence[Trajectory], synthetic: Sequence[Trajectory], max_steps: int, ret,

@@ -84,18 +84,32 @@ def verdict(p_success: float, score: float) -> tuple[bool, float]:
 
 
 def judge_endings(parsed: Sequence[ParsedStep], items: Sequence[tuple[str, str, str]],
-                  outcome: Outcome | None) -> list[ParsedStep]:
+                  outcome: Outcome | None, ruled_out: Sequence[bool] | None = None) -> list[ParsedStep]:
     """`parsed` with the reward of every valid predicted ending (`done`) replaced by the outcome model's verdict
-    on its (instruction, state, action) in `items`; the rest unchanged. No outcome model: `parsed` as it is."""
-    if outcome is None:
-        return list(parsed)
+    on its (instruction, state, action) in `items`; the rest unchanged. No outcome model: the experience model's
+    own reward. `ruled_out[i]` (the env's `ending_check`, `experience.ending_rules`): step i cannot be a success,
+    so its ending is a failure whatever the verdict: the outcome model's graded reward kept below 1; without an
+    outcome model a predicted success pays 0."""
+    return ending_verdicts(parsed, items, outcome, ruled_out)[1]
+
+
+def ending_verdicts(parsed: Sequence[ParsedStep], items: Sequence[tuple[str, str, str]], outcome: Outcome | None,
+                    ruled_out: Sequence[bool] | None = None) -> tuple[list[ParsedStep], list[ParsedStep]]:
+    """(`judge_endings` without the rules, with them), the outcome model called once."""
+    free, ruled = list(parsed), list(parsed)
     ends = [i for i, p in enumerate(parsed) if p.valid and p.done]
-    out = list(parsed)
     if not ends:
-        return out
+        return free, ruled
+    no = ruled_out if ruled_out is not None else [False] * len(parsed)
+    if outcome is None:
+        for i in ends:
+            if no[i] and parsed[i].reward >= 1.0 - 1e-6:
+                ruled[i] = dataclasses.replace(parsed[i], reward=0.0)
+        return free, ruled
     for i, (p, s) in zip(ends, outcome([items[i] for i in ends])):
-        out[i] = dataclasses.replace(parsed[i], reward=verdict(p, s)[1])
-    return out
+        free[i] = dataclasses.replace(parsed[i], reward=verdict(p, s)[1])
+        ruled[i] = dataclasses.replace(parsed[i], reward=verdict(0.0, s)[1]) if no[i] else free[i]
+    return free, ruled
 
 
 def classification_report(pred: Sequence[bool], real: Sequence[bool]) -> dict[str, float]:

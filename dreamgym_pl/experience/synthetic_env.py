@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from dreamgym_pl.core import Observation, StepResult, Task, Transition
 from dreamgym_pl.experience.format import INVALID_STATE, ExperienceFormat, build_prompt, parse_output
-from dreamgym_pl.experience.outcome import Outcome, judge_endings
+from dreamgym_pl.experience.outcome import Outcome, ending_verdicts
 from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
 from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
 
@@ -29,14 +29,18 @@ class SyntheticEnv:
                  is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
                  enrich: bool = True, invalid_action: str = "end",
                  invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs,
-                 outcome: Outcome | None = None, tool: Callable[[Task, str], Observation | None] | None = None):
+                 outcome: Outcome | None = None, tool: Callable[[Task, str], Observation | None] | None = None,
+                 ending_check: Callable[[Task, Sequence[tuple[str, str]]], str | None] | None = None):
         """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
         0: the paper's rule), `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
         the real env's rule) or `model` (no rule: the experience model predicts what follows, as for any
         action; the step is still marked invalid when the predicted list lacks the action). `outcome`: the
         reward of a predicted ending (None: the experience model's own). `tool(task, action)`: the real
         observation of an action that is a fixed function of task and action (the env's `tool_observation`), taken
-        instead of a generated one where not None (`stats["tool_calls"]`; reward 0, the episode goes on)."""
+        instead of a generated one where not None (`stats["tool_calls"]`; reward 0, the episode goes on).
+        `ending_check(task, history)`: why a predicted ending on history ((state text, action) pairs, the ending
+        action last) cannot be a success (the env's `ending_check`), or None; a ruled-out ending is paid as a
+        failure (`judge_endings`; `stats["ending_ruled_out"]`: such endings judged a success without the rule)."""
         if invalid_action not in ("end", "stay", "model"):
             raise ValueError(f"experience.invalid_action: must be end, stay or model, got {invalid_action!r}")
         self.invalid_action, self.invalid_observation = invalid_action, invalid_observation
@@ -51,6 +55,7 @@ class SyntheticEnv:
         self.enrich = enrich
         self.outcome = outcome
         self.tool = tool
+        self.ending_check = ending_check
         self.defer_enrich = False
         self.pending: list[Transition] = []
         self.own_digests: set[str] = set()  # distinct transitions this rank produced (data-parallel bookkeeping)
@@ -134,14 +139,24 @@ class SyntheticEnv:
         comps = self.engine.generate(prompts, self.params)
         t3 = time.perf_counter()
         parsed = [parse_output(c.text) for c in comps]
-        if self.outcome is not None:
-            judged = judge_endings(parsed, [(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live],
-                                   self.outcome)
-            ends = [(a, b) for a, b in zip(parsed, judged) if a.valid and a.done]
-            self.stats["outcome_judged"] = self.stats.get("outcome_judged", 0) + len(ends)
-            self.stats["outcome_success"] = self.stats.get("outcome_success", 0) + sum(b.reward >= 1.0 for _, b in ends)
-            self.stats["outcome_overruled"] = self.stats.get("outcome_overruled", 0) + sum(
-                (a.reward >= 1.0 - 1e-6) != (b.reward >= 1.0 - 1e-6) for a, b in ends)
+        ruled_out = None
+        if self.ending_check is not None:
+            ruled_out = [p.valid and p.done and self.ending_check(
+                self._tasks[i], [*self._hist[i], (self._obs[i].text, actions[i])]) is not None
+                for i, p in zip(live, parsed)]
+        if self.outcome is not None or ruled_out is not None:
+            items = [(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
+            free, judged = ending_verdicts(parsed, items, self.outcome, ruled_out)  # without the rules, with them
+            ends = [(a, b, c) for a, b, c in zip(parsed, free, judged) if a.valid and a.done]
+            if self.outcome is not None:
+                self.stats["outcome_judged"] = self.stats.get("outcome_judged", 0) + len(ends)
+                self.stats["outcome_success"] = self.stats.get("outcome_success", 0) + sum(b.reward >= 1.0 for _, b, _ in ends)
+                self.stats["outcome_overruled"] = self.stats.get("outcome_overruled", 0) + sum(
+                    (a.reward >= 1.0 - 1e-6) != (b.reward >= 1.0 - 1e-6) for a, b, _ in ends)
+            if ruled_out is not None:
+                self.stats["endings"] = self.stats.get("endings", 0) + len(ends)
+                self.stats["ending_ruled_out"] = self.stats.get("ending_ruled_out", 0) + sum(
+                    b.reward >= 1.0 - 1e-6 and c.reward < 1.0 - 1e-6 for _, b, c in ends)
             parsed = judged
         new: list[Transition] = []
         for i, p in zip(live, parsed):

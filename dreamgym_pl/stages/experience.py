@@ -179,7 +179,8 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
                       outcome: Any = None) -> dict[str, float]:
     """Open-loop fidelity on the current policy's own behaviour (after sft: the SFT policy): its sampled real
     episodes on `experience.onpolicy_episodes` train tasks replayed through the experience model (endings judged
-    by `outcome` when given, as in the synthetic env) -> experience/onpolicy_*, and the outcome model's verdicts
+    by `outcome` when given and ruled out by the env's ending rules with `experience.ending_rules`, as in the
+    synthetic env) -> experience/onpolicy_*, and the outcome model's verdicts
     on their endings -> experience/onpolicy_outcome_*. The real transitions it takes are counted
     (experience/real_transitions)."""
     from dreamgym_pl.experience.fidelity import open_loop
@@ -194,7 +195,8 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     tasks = random.Random(run.cfg.seed).sample(tasks, min(n, len(tasks)))
     real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
-                    run.cfg.experience.max_new_tokens, outcome=outcome)
+                    run.cfg.experience.max_new_tokens, outcome=outcome,
+                    ending_check=run.env.ending_check if run.cfg.experience.get("ending_rules", False) else None)
     if outcome is not None:
         res.update(outcome_report(outcome, real, "open_loop/outcome"))  # -> experience/onpolicy_outcome_* below
     used = sum(len(t.transitions) for t in real)

@@ -81,7 +81,8 @@ def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
                         starts, starts.meter.tasks, starts.meter.is_admissible, params,
                         max_steps=run.env.max_steps, invalid_action=e.invalid_action,
                         invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run),
-                        tool=run.env.tool_observation if e.get("real_tools", False) else None)
+                        tool=run.env.tool_observation if e.get("real_tools", False) else None,
+                        ending_check=run.env.ending_check if e.get("ending_rules", False) else None)
 
 
 def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path | None) -> Curriculum:
@@ -254,6 +255,9 @@ def run_stage(run: Run) -> None:
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
         "synthetic_rl/replay_size": len(buffer),
         **({"synthetic_rl/tool_real_transitions": st["tool_calls"]} if st.get("tool_calls") else {}),
+        # predicted endings whose success the env's ending rules overturned (experience.ending_rules)
+        **({"synthetic_rl/ending_ruled_out_share": st["ending_ruled_out"] / max(1, st["endings"])}
+           if "endings" in st else {}),
         # the outcome model's verdicts on the endings the experience model predicted (experience.outcome_model)
         **({"synthetic_rl/outcome_judged": st["outcome_judged"],
             "synthetic_rl/outcome_success_share": st["outcome_success"] / max(1, st["outcome_judged"]),

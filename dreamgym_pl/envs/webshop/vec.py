@@ -5,11 +5,12 @@ Registered as `env.name: webshop`."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, Task, Transition
 from dreamgym_pl.envs.base import SerialVecEnv, action_key, canonical_action, register, root_goal
 from dreamgym_pl.envs.webshop.agents import WEBSHOP_AGENTS, make_webshop_agent
+from dreamgym_pl.envs.webshop.ending_rules import ending_check
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
 from dreamgym_pl.envs.webshop.goals import goal_type, products_by_type, variation_problem
 from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
@@ -108,6 +109,11 @@ class WebShopVecEnv(SerialVecEnv):
         env = self._new_env()
         env.reset(task)
         return env.step(a).observation
+
+    def ending_check(self, task: Task, history: Sequence[tuple[str, str]]) -> str | None:
+        """A purchase missing an option the instruction asks for (not clicked since the product was opened) or
+        bought on a page showing a price above the bound, or an ending other than `buy now` (`ending_rules.py`)."""
+        return ending_check(task.instruction, history)
 
     def initial_observation(self, task: Task) -> Observation:
         """The search page of `task`, from a fresh single env (the batch slots are left alone)."""

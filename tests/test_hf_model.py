@@ -30,7 +30,10 @@ SMALL = ["conf=webshop_s2r", "model.dtype=float32", "model.lora.r=4", "model.lor
          "experience.max_transitions=40", "experience.max_steps=3", "experience.judge_steps=4",
          "experience.onpolicy_episodes=2", "experience.max_new_tokens=24", "curriculum.train_examples=4",
          "synthetic_rl.synthetic_budget=8", "synthetic_rl.tasks_per_iter=2", "s2r.real_budget=60",
-         "s2r.tasks_per_iter=2", "checkpoint_every=1"]
+         "s2r.tasks_per_iter=2", "checkpoint_every=1",
+         # at 8 synthetic transitions of an untrained experience model the preset's `model` + ending rules left
+         # synthetic_rl's weights unchanged (no reward spread); with `end` it trains, which these adapter checks need
+         "experience.invalid_action=end", "experience.ending_rules=false"]
 POLICY_CHAIN = ["sft", "synthetic_rl", "s2r"]  # each starts from the one before
 
 

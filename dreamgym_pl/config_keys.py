@@ -142,6 +142,7 @@ RULES: dict[str, Rule] = {
     "collect.batch_size": POS_INT,
     "sft.source": TEXT,  # all or a scripted agent of the env: checked in config.validate (env_agents)
     "sft.num_trajectories": NONNEG_INT,
+    "sft.min_score": nullable(PROB),
     "sft.max_steps": integer(),
     "sft.epochs": POS_INT,
     "sft.warmup_steps": NONNEG_INT,

@@ -173,6 +173,24 @@ def test_near_miss_buyer_fails_near_the_boundary():
         make_agent("wizard", env=env)
 
 
+def test_hasty_buyer_skips_the_last_option_at_its_rate():
+    env = make_vec_env("webshop", max_steps=10, results_per_page=3, product_ids="index")
+    tasks = env.tasks("train")[:300]
+    trajs = run_episodes(env, tasks, make_agent("hasty", seed=2, env=env), batch_size=100)
+    two = [t for t in trajs if len(t.task.goal["goal_options"]) >= 2]
+    fewer = [t for t in trajs if len(t.task.goal["goal_options"]) < 2]
+    assert len(two) >= 100 and fewer
+    for t in trajs:  # every episode buys, with the right product and at least one wanted option
+        end = t.transitions[-1]
+        assert end.action == "click[buy now]" and end.info["r_type"] == 1.0 and end.info["r_price"] == 1.0
+    # goals with fewer than two options are bought as the oracle buys them; on the others the purchase misses one
+    # option (one of two clicked: partial credit) in about `skip` (0.65) of the episodes
+    assert all(t.success for t in fewer)
+    hasty = [t for t in two if not t.success]
+    assert all(t.transitions[-1].info["n_option_match"] == 1 for t in hasty)
+    assert 0.55 <= len(hasty) / len(two) <= 0.75
+
+
 def test_unknown_env():
     with pytest.raises(KeyError, match="env.name"):
         make_vec_env("nope")

@@ -1,4 +1,5 @@
-"""sft: behaviour cloning of the policy on successful offline trajectories -> checkpoints/sft."""
+"""sft: behaviour cloning of the policy on offline trajectories (successful ones, or those scoring at least
+sft.min_score) -> checkpoints/sft."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from dreamgym_pl.stages.resume import fit
 
 def sft_trajectories(run: Run) -> list[Trajectory]:
     src = run.cfg.sft.source
-    trajs = [t for t in run.offline_trajectories() if t.success and (src == "all" or t.source == src)]
+    floor = run.cfg.sft.min_score
+    keep = (lambda t: t.success) if floor is None else (lambda t: bool(t.transitions) and t.final_reward >= floor)
+    trajs = [t for t in run.offline_trajectories() if keep(t) and (src == "all" or t.source == src)]
     n = run.cfg.sft.num_trajectories
     return trajs[:n] if n else trajs
 

@@ -31,7 +31,7 @@ def goal_query(task: Task) -> str:
 
 
 _CONTROLS = ("back to search", "next >", "< prev", "description", "features", "reviews", "buy now")
-WEBSHOP_AGENTS = SCRIPTED_AGENTS + ("near_miss",)
+WEBSHOP_AGENTS = SCRIPTED_AGENTS + ("near_miss", "hasty")
 
 
 def selected_options(page: str) -> set[str]:
@@ -143,6 +143,34 @@ class NoisyOracle(ScriptedAgent):
         return self.oracle.act_one(slot, obs)
 
 
+class HastyBuyer(ScriptedAgent):
+    """The oracle that, on goals asking for two or more options, buys right after the first wanted option with
+    probability `skip` (drawn once per episode): imperfect demonstrations whose one habit, buying before the
+    last option, costs the purchase its full reward (WebShop's score drops to ~0.75) and is visible in the
+    instruction, so a policy cloned from them can learn to drop it from reward alone."""
+
+    name = "hasty"
+
+    def __init__(self, skip: float = 0.65, seed: int = 0, catalogue: dict[str, dict] | None = None):
+        if not 0.0 <= skip <= 1.0:
+            raise ValueError("hasty skip must lie in [0, 1]")
+        self.skip = skip
+        self.rng = random.Random(seed)
+        self.oracle = WebShopOracle(catalogue=catalogue)
+
+    def begin(self, tasks: Sequence[Task]) -> None:
+        super().begin(tasks)
+        self.oracle.begin(tasks)
+        self.hasty = [len(goal_option_values(t.goal)) >= 2 and self.rng.random() < self.skip for t in self.tasks]
+
+    def act_one(self, slot: int, obs: Observation) -> str:
+        if self.hasty[slot] and "click[buy now]" in obs.admissible:
+            wanted = set(goal_option_values(self.tasks[slot].goal))
+            if wanted & selected_options(obs.text):
+                return "click[buy now]"
+        return self.oracle.act_one(slot, obs)
+
+
 def near_miss_action(clicks: Sequence[str], wanted: Sequence[str], selected: set[str], mistake: str,
                      skipped: str | None, swap: str | None, satisfies: Callable[[str], bool]) -> str | None:
     """The near-miss buyer's action given a page's click targets, or None where it acts as the oracle.
@@ -220,4 +248,6 @@ def make_webshop_agent(name: str, seed: int = 0, eps: float = 0.3,
         return WebShopRandomAgent(seed)
     if name == "near_miss":
         return NearMissBuyer(seed, catalogue)
+    if name == "hasty":
+        return HastyBuyer(seed=seed, catalogue=catalogue)
     raise KeyError(f"unknown scripted agent {name!r}; known: {list(WEBSHOP_AGENTS)}")

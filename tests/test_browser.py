@@ -148,7 +148,7 @@ def test_miniwob_s2r_pipeline_tiny(tmp_path):
     from tests.conftest import compose
     from tests.test_pipeline import EXP, TINY
 
-    tiny = [o for o in TINY if not o.startswith(("env.", "eval.batch_size"))]
+    tiny = [o for o in TINY if not o.startswith(("env.", "eval.batch_size", "++collect.agents.hasty"))]
     env = ["env.tasks=[enter-text,click-button]", "env.train_seeds=3", "env.test_seeds=1", "eval.num_goals=2",
            "collect.agents.oracle=6", "collect.agents.noisy_oracle=2", "collect.agents.random=2", "sft.num_trajectories=6"]
     m = run_pipeline(compose(["conf=miniwob_s2r", *tiny, *EXP, *env, "synthetic_rl.synthetic_budget=16",

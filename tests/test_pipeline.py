@@ -11,7 +11,7 @@ from tests.conftest import compose
 
 TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
         "env.num_products=100", "env.num_test=50", "env.num_val=20", "collect.agents.oracle=30", "collect.agents.noisy_oracle=20",
-        "collect.agents.random=10", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8", "eval.val_goals=4",
+        "collect.agents.random=10", "++collect.agents.hasty=30", "sft.num_trajectories=10", "sft.epochs=1", "eval.num_goals=8", "eval.val_goals=4",
         "eval.batch_size=8", "rl.real_budget=60", "rl.tasks_per_iter=4", "algo.group_size=2",
         "algo.mini_batch_size=16", "algo.max_new_tokens=8", "trainer.enable_progress_bar=false",
         "sft.copy_steps=2", "sft.copy_examples=3", "sft.copy_length=8"]

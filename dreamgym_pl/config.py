@@ -51,6 +51,10 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         value = _get(cfg, key)
         if value is not None and value != extra:
             require_agent(str(value), key, f" (or {extra})")
+    source, stages = _get(cfg, "sft.source"), list(_get(cfg, "stages") or [])
+    if "collect" in stages and "sft" in stages and source not in (None, "all"):
+        _require(int((_get(cfg, "collect.agents") or {}).get(source, 0)) > 0, "sft.source",
+                 f"clones {source!r} episodes, but collect.agents.{source} plays none: set it > 0 or choose another source")
     engine = _get(cfg, "engine.name") or "hf"
     _require(engine in ("hf", "vllm"), "engine.name", f"must be hf or vllm, got {engine!r}")
     if engine == "vllm":  # fail before any work when vLLM or a GPU is missing

@@ -32,6 +32,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
 from dreamgym_pl.policy.batching import length_grouped_order, padding_share, sample_lengths  # noqa: E402
 from dreamgym_pl.policy.samples import collate  # noqa: E402
+from dreamgym_pl.stages.sft import clone_set  # noqa: E402
 
 
 def step_seconds(model, batch) -> float:
@@ -92,8 +93,7 @@ def main() -> None:
                            tok.eos_token_id, random.Random(args.seed))
     compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
 
-    good = [t for t in trajs if t.success and (c.source == "all" or t.source == c.source)]
-    good = good[:c.num_trajectories] if c.num_trajectories else good
+    good = clone_set(trajs, c.source, c.get("min_score"), c.num_trajectories)
     mixed = mixed_copy_examples(tok, trajs, c.copy_examples, c.copy_length, ACTION_CUE, args.seed)
     samples = list(sft_loader(good, tok, PromptConfig(**OmegaConf.to_container(cfg.prompt)), c.batch_size,
                               extra=mixed).dataset)

@@ -10,7 +10,9 @@ small but exercises every stage of the preset (collect, sft, experience with the
 curriculum, s2r, eval) with a policy that learns something; trailing overrides change it. Revisions before
 c278ffb refuse `sft.copy_steps`; the sft copy warm start is on by default at c278ffb (1000 steps) and again since
 the commit that made `sft.copy_steps=1000 sft.copy_examples=700` the default (README "Results"), off in between:
-across those, pass `sft.copy_steps=0` (and `sft.copy_examples=0` where the key exists) to both sides.
+across those, pass `sft.copy_steps=0` (and `sft.copy_examples=0` where the key exists) to both sides. The small
+run scales the presets' demonstrator (`collect.agents.hasty`, since 6867cb8): revisions before it have no hasty agent
+and cloned the oracle, so compare them among themselves with an older copy of this script.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["conf=webshop_s2r", "model.hidden_size=64", "model.num_layers=2", "model.num_heads=2",
-         "model.intermediate_size=128", "env.num_products=150", "env.num_test=60", "collect.agents.oracle=120",
+         "model.intermediate_size=128", "env.num_products=150", "env.num_test=60", "collect.agents.hasty=120",
          "collect.agents.noisy_oracle=60", "collect.agents.random=40", "sft.num_trajectories=100", "sft.max_steps=500",
          "sft.warmup_steps=10", "eval.num_goals=40", "eval.batch_size=40", "eval.curve_every=2", "eval.curve_goals=20",
          "experience.max_transitions=600", "experience.max_steps=150", "experience.warmup_steps=5",

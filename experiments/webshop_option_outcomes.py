@@ -1,7 +1,8 @@
 """Where a WebShop run's greedy test successes come from, by how many options each goal asks for: successes on the
-goals asking for two or more options and on the others, and the purchases on two-option goals that score
-0.70-0.99 (one option short; the `hasty` demonstrator's flaw, README "Imperfect demonstrations"). Reads each run's
-`eval/test_outcomes.jsonl`; the goals come from the run's own env config. No model is loaded.
+goals asking for two or more options and on the others, and the partial purchases on the former (score 0.70-0.99:
+one requirement missed, an option as the `hasty` demonstrator misses it, or an attribute or the price; README
+"Imperfect demonstrations"). Reads each run's `eval/test_outcomes.jsonl`; the goals come from the run's own env
+config. No model is loaded.
 
     python experiments/webshop_option_outcomes.py D1 [D2 ...]
 """
@@ -16,13 +17,13 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.envs.webshop import WebShopEngine  # noqa: E402
+from dreamgym_pl.envs.webshop import get_engine  # noqa: E402
 from dreamgym_pl.outcomes import read_outcomes  # noqa: E402
 
 
 def option_outcomes(success: dict[str, float], score: dict[str, float], n_options: dict[str, int]) -> dict[str, int]:
     """Counts over the goals of `success`: multi (asking >= 2 options) and few (< 2), their successes, and the
-    multi-option purchases one option short (0.70 <= score < 1)."""
+    multi-option purchases that missed one requirement (0.70 <= score < 1)."""
     multi = [g for g in success if n_options[g] >= 2]
     few = [g for g in success if n_options[g] < 2]
     return {"multi": len(multi), "multi_success": int(sum(success[g] for g in multi)),
@@ -36,12 +37,17 @@ def main() -> None:
     args = ap.parse_args()
     for d in map(Path, args.runs):
         env = OmegaConf.load(d / "config.yaml").env
-        engine = WebShopEngine(num_products=env.num_products, seed=env.seed, num_test=env.num_test, num_val=env.num_val)
+        if env.name != "webshop":
+            raise SystemExit(f"{d}: env.name is {env.name!r}; this script reads WebShop runs only")
+        engine = get_engine(num_products=env.num_products, seed=env.seed, goals_per_product=env.goals_per_product,
+                            num_test=env.num_test, results_per_page=env.results_per_page,
+                            max_results=env.max_results, products_file=env.products_file,
+                            attributes_file=env.attributes_file, num_val=env.num_val)
         n_options = {t.task_id: len(t.goal.get("goal_options", {})) for t in engine.tasks("test")}
         path = d / "eval" / "test_outcomes.jsonl"
         c = option_outcomes(read_outcomes(path), read_outcomes(path, "score"), n_options)
         print(f"{d}: goals asking >= 2 options {c['multi_success']}/{c['multi']} succeed, "
-              f"{c['multi_short']} bought one option short; fewer options {c['few_success']}/{c['few']} succeed")
+              f"{c['multi_short']} partial purchases (score 0.70-0.99); fewer options {c['few_success']}/{c['few']} succeed")
 
 
 if __name__ == "__main__":

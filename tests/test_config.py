@@ -54,6 +54,13 @@ def test_env_specific_agent_is_checked_against_the_env(tmp_path):
             validate(compose(["env=textworld", override]), tmp_path)
 
 
+def test_sft_source_must_be_collected(tmp_path):
+    validate(compose(["conf=webshop_sft"]), tmp_path)  # the preset clones hasty, which collect plays
+    with pytest.raises(ConfigError, match="^sft.source:.*collect.agents.hasty"):
+        validate(compose(["conf=webshop_sft", "collect.agents.hasty=0"]), tmp_path)
+    validate(compose(["conf=webshop_sft", "collect.agents.hasty=0", "sft.source=all", "sft.min_score=null"]), tmp_path)
+
+
 def test_unknown_env_name(tmp_path):
     cfg = compose([])
     OmegaConf.update(cfg, "env.name", "nope")

@@ -27,5 +27,5 @@ def test_min_score_selects_by_final_reward():
     assert got() == [("oracle", 1.0), ("hasty", 1.0)]  # successes only
     assert got(min_score=0.5) == [("oracle", 1.0), ("hasty", 0.75), ("hasty", 1.0)]
     assert got(min_score=0.5, source="hasty") == [("hasty", 0.75), ("hasty", 1.0)]
-    assert got(min_score=0.0, source="hasty", num_trajectories=1) == [("hasty", 0.75)]  # an empty episode never
-
+    assert got(min_score=0.0, source="hasty", num_trajectories=1) == [("hasty", 0.75)]
+    assert got(min_score=0.0, source="hasty") == [("hasty", 0.75), ("hasty", 1.0)]  # an empty episode never

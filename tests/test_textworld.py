@@ -149,7 +149,7 @@ def test_textworld_s2r_pipeline_tiny(tmp_path, tw_cache):
     from tests.conftest import compose
     from tests.test_pipeline import EXP, TINY
 
-    tiny = [o for o in TINY if not o.startswith("env.")]
+    tiny = [o for o in TINY if not o.startswith(("env.", "++collect.agents.hasty"))]
     env = ["env.num_train=4", "env.num_test=2", "env.num_val=2", "env.nb_rooms=2", "env.nb_objects=4", "env.quest_length=2",
            f"env.cache_dir={tw_cache}", "env.progress=false", "env.max_steps=6", "eval.num_goals=2"]
     m = run_pipeline(compose(["conf=textworld_s2r", *tiny, *EXP, *env, "collect.agents.oracle=8",

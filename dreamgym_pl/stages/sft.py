@@ -13,13 +13,17 @@ from dreamgym_pl.stages.policy import finish_policy_stage
 from dreamgym_pl.stages.resume import fit
 
 
+def clone_set(trajs: list[Trajectory], source: str, min_score: float | None, n: int) -> list[Trajectory]:
+    """The first `n` (0: all) of `trajs` from `source` (or all) that are successful (`min_score` None) or end with a
+    reward of at least `min_score`."""
+    keep = (lambda t: t.success) if min_score is None else (lambda t: bool(t.transitions) and t.final_reward >= min_score)
+    out = [t for t in trajs if keep(t) and (source == "all" or t.source == source)]
+    return out[:n] if n else out
+
+
 def sft_trajectories(run: Run) -> list[Trajectory]:
-    src = run.cfg.sft.source
-    floor = run.cfg.sft.min_score
-    keep = (lambda t: t.success) if floor is None else (lambda t: bool(t.transitions) and t.final_reward >= floor)
-    trajs = [t for t in run.offline_trajectories() if keep(t) and (src == "all" or t.source == src)]
-    n = run.cfg.sft.num_trajectories
-    return trajs[:n] if n else trajs
+    c = run.cfg.sft
+    return clone_set(run.offline_trajectories(), c.source, c.min_score, c.num_trajectories)
 
 
 def run_stage(run: Run) -> None:

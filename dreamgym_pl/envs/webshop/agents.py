@@ -1,7 +1,8 @@
 """WebShop's scripted agents: the oracle (reads the goal: the target product and its options), the noisy
 oracle (a random action with probability eps), the random agent (clicks, or searches with 2-4 random
-instruction words) and the near-miss buyer (the oracle with one deliberate mistake per episode: a listed
-product that fails the goal, or an option skipped or swapped; then it buys). `make_webshop_agent` is what
+instruction words), the near-miss buyer (the oracle with one deliberate mistake per episode: a listed
+product that fails the goal, or an option skipped or swapped; then it buys) and the hasty buyer (the oracle
+that often buys before the last wanted option: the webshop presets' demonstrator). `make_webshop_agent` is what
 `WebShopVecEnv.scripted_agent` returns.
 """
 
@@ -144,10 +145,11 @@ class NoisyOracle(ScriptedAgent):
 
 
 class HastyBuyer(ScriptedAgent):
-    """The oracle that, on goals asking for two or more options, buys right after the first wanted option with
-    probability `skip` (drawn once per episode): imperfect demonstrations whose one habit, buying before the
-    last option, costs the purchase its full reward (WebShop's score drops to ~0.75) and is visible in the
-    instruction, so a policy cloned from them can learn to drop it from reward alone."""
+    """The oracle that, on goals asking for two or more options, buys right after the first wanted option it
+    clicks with probability `skip` (drawn once per episode; a fixed 0.65 for `make_webshop_agent`): imperfect
+    demonstrations whose one habit, buying before the last option, costs the purchase its full reward (the score
+    drops to 0.75-0.8) and is visible in the instruction and on the item page, so a policy cloned from them can
+    learn to drop it from reward alone. Where the product offers at most one wanted option it acts as the oracle."""
 
     name = "hasty"
 
@@ -238,8 +240,8 @@ class NearMissBuyer(ScriptedAgent):
 
 def make_webshop_agent(name: str, seed: int = 0, eps: float = 0.3,
                        catalogue: dict[str, dict] | None = None) -> ScriptedAgent:
-    """oracle / noisy_oracle / random / near_miss; `catalogue` (asin -> product) lets the oracles judge listed
-    products."""
+    """oracle / noisy_oracle / random / near_miss / hasty; `catalogue` (asin -> product) lets the oracles judge
+    listed products."""
     if name == "oracle":
         return WebShopOracle(catalogue=catalogue)
     if name == "noisy_oracle":

@@ -65,7 +65,7 @@ class WebShopVecEnv(SerialVecEnv):
         return WebShopEnv(self.engine, *self._env_args)
 
     def scripted_agent(self, name: str, seed: int = 0, eps: float = 0.3) -> Any:
-        """oracle / noisy_oracle / random / near_miss (`envs/webshop/agents.py`); the oracles judge listed
+        """oracle / noisy_oracle / random / near_miss / hasty (`envs/webshop/agents.py`); the oracles judge listed
         products with the catalogue."""
         catalogue = {p["asin"]: p for p in self.engine.products}
         return make_webshop_agent(name, seed, eps, catalogue)

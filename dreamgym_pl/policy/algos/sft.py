@@ -1,4 +1,5 @@
-"""SFT (behaviour cloning): token cross-entropy on the action tokens of successful offline steps."""
+"""SFT (behaviour cloning): token cross-entropy on the action tokens of the cloned offline steps
+(stages/sft.py chooses them: sft.source, sft.min_score)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def sft_loader(trajs: Sequence[Trajectory], tokenizer: Any, prompt_cfg: PromptCo
     (length-grouped with `group_batches` > 0: `policy/batching.py`)."""
     samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, tokenizer, prompt_cfg, i)]
     if not samples:
-        raise ValueError("sft: no training samples (no successful offline trajectories of the chosen source)")
+        raise ValueError("sft: no training samples (no offline trajectories of sft.source pass sft.min_score, "
+                         "or are successful when it is null)")
     samples += list(extra)
     return shuffled_loader(samples, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed),
                            group_batches)

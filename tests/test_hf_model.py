@@ -21,7 +21,7 @@ from tests.test_pipeline import EXP
 STAGES = "[collect,sft,experience,synthetic_rl,s2r,eval]"
 SMALL = ["conf=webshop_s2r", "model.dtype=float32", "model.lora.r=4", "model.lora.alpha=8",
          "env.num_products=60", "env.num_test=20", "env.num_val=10", "env.max_steps=4", "collect.agents.oracle=20",
-         "collect.agents.noisy_oracle=10", "collect.agents.random=6", "collect.agents.hasty=20", "sft.num_trajectories=8", "sft.max_steps=3",
+         "collect.agents.noisy_oracle=10", "collect.agents.random=6", "++collect.agents.hasty=20", "sft.num_trajectories=8", "sft.max_steps=3",
          "sft.warmup_steps=1", "sft.lr=1e-2", "sft.batch_size=8", "sft.copy_steps=2", "sft.copy_length=8",
          "eval.num_goals=4", "eval.batch_size=4",
          "eval.curve_every=0", "algo.group_size=2", "algo.mini_batch_size=8", "algo.max_new_tokens=6",

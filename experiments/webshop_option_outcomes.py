@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.envs.webshop import get_engine  # noqa: E402
+from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.outcomes import read_outcomes  # noqa: E402
 
 
@@ -39,11 +39,9 @@ def main() -> None:
         env = OmegaConf.load(d / "config.yaml").env
         if env.name != "webshop":
             raise SystemExit(f"{d}: env.name is {env.name!r}; this script reads WebShop runs only")
-        engine = get_engine(num_products=env.num_products, seed=env.seed, goals_per_product=env.goals_per_product,
-                            num_test=env.num_test, results_per_page=env.results_per_page,
-                            max_results=env.max_results, products_file=env.products_file,
-                            attributes_file=env.attributes_file, num_val=env.num_val)
-        n_options = {t.task_id: len(t.goal.get("goal_options", {})) for t in engine.tasks("test")}
+        kwargs = {k: v for k, v in OmegaConf.to_container(env, resolve=True).items() if k != "name"}
+        tasks = make_vec_env(env.name, **kwargs).tasks("test")  # the env as the run built it (stages/context.py)
+        n_options = {t.task_id: len(t.goal.get("goal_options", {})) for t in tasks}
         path = d / "eval" / "test_outcomes.jsonl"
         c = option_outcomes(read_outcomes(path), read_outcomes(path, "score"), n_options)
         print(f"{d}: goals asking >= 2 options {c['multi_success']}/{c['multi']} succeed, "

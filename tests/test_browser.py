@@ -152,9 +152,10 @@ def test_miniwob_s2r_pipeline_tiny(tmp_path):
     env = ["env.tasks=[enter-text,click-button]", "env.train_seeds=3", "env.test_seeds=1", "eval.num_goals=2",
            "collect.agents.oracle=6", "collect.agents.noisy_oracle=2", "collect.agents.random=2", "sft.num_trajectories=6"]
     m = run_pipeline(compose(["conf=miniwob_s2r", *tiny, *EXP, *env, "synthetic_rl.synthetic_budget=16",
-                              "s2r.real_budget=8", "s2r.tasks_per_iter=2", "synthetic_rl.tasks_per_iter=2"]), tmp_path)
+                              "s2r.real_budget=16", "s2r.tasks_per_iter=2", "synthetic_rl.tasks_per_iter=2"]), tmp_path)
     assert m["collect/oracle_success_rate"] == 1.0
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 16
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m.get("experience/real_transitions", 0) + m["s2r/real_transitions"]
+    assert 0 < m["s2r/real_transitions"] <= 16  # s2r.budget_cap: one task of 2 episodes of <= 8 steps fits
     for k in ("sft/test_success_rate", "synthetic_rl/test_success_rate", "s2r/test_success_rate", "eval/success_rate"):
         assert 0.0 <= m[k] <= 1.0

@@ -75,6 +75,7 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
+    assert 0 < m["s2r/real_transitions"] <= 30  # s2r.budget_cap: never past s2r.real_budget
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"] \
         + m["experience/outcome_real_transitions"] + m["s2r/real_transitions"]  # on-policy check, outcome episodes
     assert 0.0 <= m["experience/onpolicy_reward_agreement"] <= 1.0 and m["experience/onpolicy_steps"] > 0

@@ -49,6 +49,13 @@ def iteration_rng(seed: int, iteration: int, stream: int) -> random.Random:
 TASK_STREAM, SHUFFLE_STREAM, TORCH_STREAM = 100003, 7919, 104729  # distinct primes: the streams never coincide
 
 
+def tasks_within_budget(remaining: int, tasks_per_iter: int, episodes_per_task: int, max_steps: int) -> int:
+    """How many tasks an iteration may roll out so that its transitions cannot pass a hard budget: each task's
+    episodes (`episodes_per_task`) may each take up to `max_steps` transitions. 0 when not one task fits."""
+    worst = max(1, episodes_per_task * max_steps)
+    return max(0, min(tasks_per_iter, remaining // worst))
+
+
 def seed_iteration(seed: int, iteration: int) -> None:
     """Seed torch (policy sampling, the synthetic env's sampling) for one iteration's rollouts."""
     torch.manual_seed(iteration_rng(seed, iteration, TORCH_STREAM).randrange(2 ** 62))
@@ -71,12 +78,17 @@ class RolloutDataModule(L.LightningDataModule):
 
     def __init__(self, env: VecEnv, tasks: Sequence[Task], algo: RLAlgorithm, prompt_cfg: PromptConfig, budget: int,
                  tasks_per_iter: int, max_iters: int, engine_factory: Callable[[Any, Any], Any], action_env: Any,
-                 seed: int = 0, source: str = "real", task_sampler: TaskSampler | None = None, rollout_batch: int = 64):
+                 seed: int = 0, source: str = "real", task_sampler: TaskSampler | None = None, rollout_batch: int = 64,
+                 budget_cap: bool = False):
         super().__init__()
         self.env, self.tasks, self.algo, self.prompt_cfg = env, list(tasks), algo, prompt_cfg
         self.budget, self.tasks_per_iter, self.max_iters = budget, tasks_per_iter, max_iters
         self.engine_factory, self.action_env = engine_factory, action_env
         self.seed, self.source, self.task_sampler, self.rollout_batch = seed, source, task_sampler, rollout_batch
+        # budget_cap: the budget is a hard cap: an iteration rolls out only as many tasks as fit in what is left
+        # at the longest episodes (`fitting_tasks`), so the stage never passes it; else whole iterations run until
+        # the budget is reached (the last one passes it)
+        self.budget_cap = budget_cap
         self.consumed = 0          # transitions of all ranks
         self.episodes = 0          # episodes of all ranks (each one reset of `env`)
         self.local_consumed = 0    # this rank's
@@ -111,7 +123,18 @@ class RolloutDataModule(L.LightningDataModule):
 
     @property
     def exhausted(self) -> bool:
+        if self.budget_cap and self.fitting_tasks() < dist.world():
+            return True
         return self.consumed >= self.budget or self.iteration >= self.max_iters
+
+    def fitting_tasks(self) -> int:
+        """Tasks this iteration may roll out (all ranks): tasks_per_iter, or under `budget_cap` those whose episodes
+        (the group, plus the greedy one of baseline greedy / group_greedy) fit in the budget left at env.max_steps each."""
+        if not self.budget_cap:
+            return self.tasks_per_iter
+        c = self.algo.cfg
+        per_task = c.group_size + (1 if getattr(c, "baseline", "group") in ("greedy", "group_greedy") else 0)
+        return tasks_within_budget(self.budget - self.consumed, self.tasks_per_iter, per_task, self.env.max_steps)
 
     @property
     def transitions_per_s(self) -> float:
@@ -178,14 +201,17 @@ class RolloutDataModule(L.LightningDataModule):
         """This rank's tasks of the iteration. The iteration's task list is the same on every rank: uniform
         sampling is seeded by the iteration; the task sampler runs on rank 0 over every rank's trajectories
         and is broadcast. Each rank rolls out its share (all G rollouts of a task stay on one rank)."""
+        n = self.fitting_tasks()
         if not self.task_sampler:
             rng = iteration_rng(self.seed, self.iteration, TASK_STREAM)
-            tasks = rng.sample(self.tasks, min(self.tasks_per_iter, len(self.tasks)))
+            tasks = rng.sample(self.tasks, min(n, len(self.tasks)))
         elif dist.world() == 1:
             tasks = self.task_sampler(self.last)
         else:
             every = [t for part in dist.all_gather_objects(self.last) if part for t in part] if self.last is not None else None
             tasks = dist.all_gather_objects(self.task_sampler(every) if dist.is_main() else None)[0]
+        if self.budget_cap:
+            tasks = tasks[:n]
         mine = dist.shard(tasks)
         if not mine:
             raise ValueError(f"tasks_per_iter ({len(tasks)}) must be >= the number of ranks ({dist.world()})")

@@ -31,7 +31,7 @@ def save_online_replay(vdir: Path, buffer: Any, online: OnlineReplay) -> None:
     atomic_write_json(vdir / "online_replay.json", online.state_dict())
 
 
-def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: int) -> None:
+def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: int, budget_cap: bool = False) -> None:
     algo = algorithm(run)
     model, tok, state = load_rl_checkpoint(run, stage)
     vdir = state["dir"] if state else None
@@ -42,7 +42,8 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
     module = rl_module(run, model, tok, algo, state)
     dm = RolloutDataModule(run.env, run.env.tasks("train"), algo, run.prompt_cfg, budget, tasks_per_iter, max_iters,
                            engine_factory=lambda m, t: run.engine_for("policy", m, t), action_env=run.env,
-                           seed=run.cfg.seed, source="real", rollout_batch=run.cfg.rollout.batch_size)
+                           seed=run.cfg.seed, source="real", rollout_batch=run.cfg.rollout.batch_size,
+                           budget_cap=budget_cap)
 
     def save(m: Any, d: Any) -> None:
         save_rl_checkpoint(run, stage, m, d, lambda v: save_online_replay(v, buffer, online))
@@ -69,4 +70,4 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
 
 def run_stage(run: Run) -> None:
     c = run.cfg.rl
-    real_rl(run, "rl", c.real_budget, c.tasks_per_iter, c.max_iters)
+    real_rl(run, "rl", c.real_budget, c.tasks_per_iter, c.max_iters, c.budget_cap)

@@ -8,4 +8,4 @@ from dreamgym_pl.stages.rl import real_rl
 
 def run_stage(run: Run) -> None:
     c = run.cfg.s2r
-    real_rl(run, "s2r", c.real_budget, c.tasks_per_iter, c.max_iters)
+    real_rl(run, "s2r", c.real_budget, c.tasks_per_iter, c.max_iters, c.budget_cap)

@@ -97,7 +97,7 @@ def main() -> None:
                     help="keep replay/ although a dropped stage added rows to it (DST will not read it)")
     args = ap.parse_args()
     dropped = reset(args.src, args.dst, args.after, args.keep_replay)
-    print(f"{args.dst}: as after {args.after} (dropped: {', '.join(dropped) or 'nothing'}, and eval/)")
+    print(f"{args.dst}: as after {args.after} (stages dropped: {', '.join(dropped) or 'none'}; eval/ removed)")
 
 
 if __name__ == "__main__":

@@ -161,14 +161,13 @@ RULES: dict[str, Rule] = {
     "rl.real_budget": NONNEG_INT,
     "rl.tasks_per_iter": POS_INT,
     "rl.max_iters": POS_INT,
-    "rl.budget_cap": BOOL,
     "synthetic_rl.synthetic_budget": NONNEG_INT,
     "synthetic_rl.tasks_per_iter": POS_INT,
     "synthetic_rl.max_iters": POS_INT,
     "s2r.real_budget": NONNEG_INT,
     "s2r.tasks_per_iter": POS_INT,
     "s2r.max_iters": POS_INT,
-    "s2r.budget_cap": BOOL,
+    "*.budget_cap": BOOL,  # rl and s2r
     # ----- experience model --------------------------------------------------------------------
     "experience.reasoning": BOOL,
     "experience.history": NONNEG_INT,

@@ -87,6 +87,13 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         rl_algorithm(OmegaConf.to_container(cfg.algo, resolve=True))
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
+    for stage in ("rl", "s2r"):  # a hard budget below one task's longest episodes would run no iteration at all
+        budget, g = _get(cfg, f"{stage}.real_budget"), _get(cfg, "algo.group_size") or 1
+        per_task = (g + (_get(cfg, "algo.baseline") in ("greedy", "group_greedy"))) * (_get(cfg, "env.max_steps") or 1)
+        if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
+            raise ConfigError(f"{stage}.real_budget: {budget} fits not one task under {stage}.budget_cap (its episodes "
+                              f"may take {per_task} transitions: algo.group_size x env.max_steps); raise it or set "
+                              f"{stage}.budget_cap=false")
     off = _get(cfg, "offline_file")
     has_offline = bool(off) or (run_dir is not None and (Path(run_dir) / "offline" / "transitions.jsonl").exists())
     if any(s in stages for s in ("sft", "dpo")) and "collect" not in stages:

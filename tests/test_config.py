@@ -89,6 +89,16 @@ def test_more_bad_values(override, key, tmp_path):
         validate(compose([override]), tmp_path)
 
 
+def test_a_capped_budget_must_fit_one_task(tmp_path):
+    """s2r.budget_cap: a budget below one task's longest episodes (group 8 x 10 steps on webshop_tiny) is refused;
+    at exactly one task, and uncapped, it is fine."""
+    with pytest.raises(ConfigError, match="^s2r.real_budget: 79 fits not one task"):
+        validate(compose(["conf=webshop_s2r", "s2r.real_budget=79"]), tmp_path)
+    validate(compose(["conf=webshop_s2r", "s2r.real_budget=80"]), tmp_path)
+    validate(compose(["conf=webshop_s2r", "s2r.real_budget=79", "s2r.budget_cap=false"]), tmp_path)
+    validate(compose(["conf=webshop_grpo", "rl.real_budget=79"]), tmp_path)  # rl: whole iterations by default
+
+
 def test_run_script_fails_before_work(tmp_path):
     import subprocess
     import sys

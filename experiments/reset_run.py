@@ -26,6 +26,7 @@ from pathlib import Path
 POLICY_STAGES = ("sft", "dpo", "rl", "synthetic_rl", "s2r")
 REPLAY_WRITERS = ("rl", "synthetic_rl", "s2r")  # stages that add rows to replay/ after the experience stage made it
 BUDGET_KINDS = ("real_transitions", "synthetic_transitions", "real_resets")
+OWNER = {"curriculum": "synthetic_rl", "experience_refresh": "synthetic_rl"}  # metric prefixes that are not a stage's
 
 
 def kept_stages(completed: list[str], after: str) -> list[str]:
@@ -36,9 +37,13 @@ def kept_stages(completed: list[str], after: str) -> list[str]:
 
 
 def kept_metrics(metrics: dict[str, float], dropped: list[str]) -> dict[str, float]:
-    """`metrics` without the dropped stages' keys (`<stage>/...`), budget/* re-derived from what is left (as
+    """`metrics` without the dropped stages' keys (`<stage>/...`, and `curriculum/` with synthetic RL), budget/* re-derived from what is left (as
     Run.record: the sum of every `.../*<kind>` counter)."""
-    out = {k: v for k, v in metrics.items() if k.split("/", 1)[0] not in dropped and not k.startswith("budget/")}
+    def stage_of(key: str) -> str:
+        prefix = key.split("/", 1)[0]
+        return OWNER.get(prefix, prefix)
+
+    out = {k: v for k, v in metrics.items() if stage_of(k) not in dropped and not k.startswith("budget/")}
     for kind in BUDGET_KINDS:
         parts = [v for k, v in out.items() if k.endswith(kind)]
         if parts:

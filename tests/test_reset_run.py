@@ -35,9 +35,10 @@ def _run(tmp_path: Path) -> Path:
 
 def test_kept_metrics_by_hand():
     m = {"collect/real_transitions": 100.0, "s2r/real_transitions": 560.0, "s2r/test_success_rate": 0.3,
-         "sft/test_success_rate": 0.1, "budget/real_transitions": 660.0}
+         "sft/test_success_rate": 0.1, "budget/real_transitions": 660.0, "curriculum/num_generated": 3.0}
     assert kept_metrics(m, ["s2r", "eval"]) == {"collect/real_transitions": 100.0, "sft/test_success_rate": 0.1,
-                                                 "budget/real_transitions": 100.0}
+                                                 "budget/real_transitions": 100.0, "curriculum/num_generated": 3.0}
+    assert "curriculum/num_generated" not in kept_metrics(m, ["synthetic_rl", "s2r", "eval"])  # synthetic RL's
 
 
 def test_kept_state_points_at_the_kept_stages():

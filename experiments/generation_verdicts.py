@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-EXAMPLE = re.compile(r"^\*\*(?P<verdict>.+?)\*\*: `(?P<seed>.*)` -> `(?P<gen>.*)`$")
+EXAMPLE = re.compile(r"^\*\*(?P<verdict>.+?)\*\*: `(?P<seed>.*?)` -> `(?P<gen>.*)`$", re.DOTALL)
 
 
 def verdict_kind(verdict: str) -> str:
@@ -31,7 +31,7 @@ def verdict_kind(verdict: str) -> str:
 def parse_examples(text: str) -> list[tuple[str, str, str]]:
     """(seed, generated, verdict) of each paragraph of a `curriculum/generation_examples` text."""
     out = []
-    for para in text.split("\n\n"):
+    for para in re.split(r"\n\n(?=\*\*)", text):  # a generation's own text may hold blank lines
         m = EXAMPLE.match(para.strip())
         if m:
             out.append((m.group("seed"), m.group("gen"), m.group("verdict")))

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 POLICY_STAGES = ("sft", "dpo", "rl", "synthetic_rl", "s2r")
+STAGE_NAMES = ("collect", "sft", "dpo", "rl", "experience", "synthetic_rl", "s2r", "eval")  # dreamgym_pl.stages.STAGES
 REPLAY_WRITERS = ("rl", "synthetic_rl", "s2r")  # stages that add rows to replay/ after the experience stage made it
 BUDGET_KINDS = ("real_transitions", "synthetic_transitions", "real_resets")
 OWNER = {"curriculum": "synthetic_rl", "experience_refresh": "synthetic_rl"}  # metric prefixes that are not a stage's
@@ -31,6 +32,8 @@ OWNER = {"curriculum": "synthetic_rl", "experience_refresh": "synthetic_rl"}  # 
 
 def kept_stages(completed: list[str], after: str) -> list[str]:
     """The completed stages up to and including `after` (in completion order)."""
+    if after == "eval":
+        raise ValueError("--after eval: eval/ is what a reset removes; choose the stage before it")
     if after not in completed:
         raise ValueError(f"--after {after}: not a completed stage of this run (completed: {completed})")
     return completed[: completed.index(after) + 1]
@@ -57,7 +60,8 @@ def kept_state(state: dict, kept: list[str]) -> dict:
     policies = [s for s in kept if s in POLICY_STAGES]
     out["policy"] = f"checkpoints/{policies[-1]}" if policies else None
     if "experience" in kept:
-        out["experience"] = "checkpoints/experience"
+        if "synthetic_rl" not in kept:  # its refresh may have moved the pointer to checkpoints/experience_refreshed
+            out["experience"] = "checkpoints/experience"
     else:
         out.pop("experience", None)
         out.pop("outcome", None)
@@ -75,7 +79,8 @@ def reset(src: Path, dst: Path, after: str, keep_replay: bool = False) -> list[s
     if dst.exists():
         raise SystemExit(f"{dst} exists: choose a new directory")
     shutil.copytree(src, dst, symlinks=True)
-    for stage in dropped + ["eval"]:
+    # every stage not kept, completed or not: a killed stage's resume checkpoints must not survive either
+    for stage in [s for s in STAGE_NAMES if s not in kept]:
         for d in (dst / "checkpoints" / stage, dst / "tb" / stage, dst / stage):
             shutil.rmtree(d, ignore_errors=True)
         for pattern in (f"history/{stage}.*", f"plots/{stage}_*", f"ranks/{stage}*"):
@@ -84,12 +89,15 @@ def reset(src: Path, dst: Path, after: str, keep_replay: bool = False) -> list[s
     if "synthetic_rl" in dropped:  # its refreshed experience model and its curriculum's generated tasks
         shutil.rmtree(dst / "checkpoints" / "experience_refreshed", ignore_errors=True)
         shutil.rmtree(dst / "curriculum", ignore_errors=True)
-    if "experience" not in kept:
+    if "experience" not in kept:  # its replay, outcome model, and the episodes it played (read back on resume)
         shutil.rmtree(dst / "replay", ignore_errors=True)
         shutil.rmtree(dst / "checkpoints" / "outcome", ignore_errors=True)
+        for f in ("policy_transitions.jsonl", "outcome_transitions.jsonl"):
+            (dst / "offline" / f).unlink(missing_ok=True)
     (dst / "stages.json").write_text(json.dumps(kept_state(state, kept), indent=2))
     metrics = json.loads((src / "metrics.json").read_text())
-    (dst / "metrics.json").write_text(json.dumps(kept_metrics(metrics, dropped + ["eval"]), indent=2))
+    gone = [s for s in STAGE_NAMES if s not in kept]
+    (dst / "metrics.json").write_text(json.dumps(kept_metrics(metrics, gone), indent=2))
     return dropped
 
 

@@ -17,11 +17,12 @@ def test_round_trip_and_kinds():
           ("i want soap, and price lower than 3.00 dollars", "i want vegan soap, and price lower than 3 dollars",
            "rejected: unknown attributes 'vegan' for soap"),
           ("i want soap, and price lower than 3.00 dollars", "i want soap with size: 9, and price lower than 3 dollars",
-           "rejected: option 'size: 9' is not one of a soap's")]
+           "rejected: option 'size: 9' is not one of a soap's"),
+          ("i want soap, and price lower than 3.00 dollars", "<task> i want\n\nsoap", "rejected: no <task> ... </task>")]
     assert parse_examples(generation_examples_text(ex)) == ex
     assert [verdict_kind(v) for _, _, v in ex] == [
         "rejected: not a <type>: '...'", "accepted", "rejected: unknown attributes '...' for <type>",
-        "rejected: option '...' is not one of a <type>'s"]
+        "rejected: option '...' is not one of a <type>'s", "rejected: no <task> ... </task>"]
     assert verdict_kind("rejected: no beef jerky of the catalogue fulfils it") == \
         "rejected: no <type> of the catalogue fulfils it"
     assert verdict_kind("rejected: an existing instruction") == "rejected: an existing instruction"

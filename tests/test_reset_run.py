@@ -21,7 +21,9 @@ def _run(tmp_path: Path) -> Path:
               "checkpoints/sft", "checkpoints/experience", "checkpoints/outcome", "checkpoints/synthetic_rl",
               "checkpoints/experience_refreshed", "checkpoints/s2r/resume"):
         (src / d).mkdir(parents=True, exist_ok=True)
-    for f in ("history/synthetic_rl.json", "history/s2r.json", "plots/s2r_rollouts.png", "replay/CURRENT"):
+    (src / "checkpoints/rl/resume").mkdir(parents=True)  # a killed, uncompleted stage
+    for f in ("history/synthetic_rl.json", "history/s2r.json", "plots/s2r_rollouts.png", "replay/CURRENT",
+              "offline/transitions.jsonl", "offline/policy_transitions.jsonl", "offline/outcome_transitions.jsonl"):
         (src / f).write_text("x")
     (src / "stages.json").write_text(json.dumps({"completed": STAGES, "policy": "checkpoints/s2r",
                                                  "experience": "checkpoints/experience_refreshed",
@@ -44,8 +46,9 @@ def test_kept_metrics_by_hand():
 def test_kept_state_points_at_the_kept_stages():
     state = {"completed": STAGES, "policy": "checkpoints/s2r", "experience": "checkpoints/experience_refreshed",
              "outcome": "checkpoints/outcome"}
-    assert kept_state(state, STAGES[:4]) == {"completed": STAGES[:4], "policy": "checkpoints/synthetic_rl",
-                                            "experience": "checkpoints/experience", "outcome": "checkpoints/outcome"}
+    assert kept_state(state, STAGES[:4]) == {"completed": STAGES[:4], "policy": "checkpoints/synthetic_rl",  # as it left
+                                            "experience": "checkpoints/experience_refreshed", "outcome": "checkpoints/outcome"}
+    assert kept_state(state, STAGES[:3])["experience"] == "checkpoints/experience"  # the refresh dropped
     assert kept_state(state, STAGES[:2]) == {"completed": STAGES[:2], "policy": "checkpoints/sft"}
     assert kept_state(state, STAGES[:1]) == {"completed": STAGES[:1], "policy": None}
 
@@ -55,8 +58,8 @@ def test_reset_after_sft_drops_what_later_stages_made(tmp_path):
     assert reset(_run(tmp_path), dst, "sft") == ["experience", "synthetic_rl", "s2r", "eval"]
     assert json.loads((dst / "stages.json").read_text()) == {"completed": ["collect", "sft"], "policy": "checkpoints/sft"}
     left = sorted(str(p.relative_to(dst)) for p in dst.rglob("*"))
-    assert left == ["checkpoints", "checkpoints/sft", "history", "metrics.json", "offline", "plots", "stages.json", "tb",
-                    "tb/sft"]
+    assert left == ["checkpoints", "checkpoints/sft", "history", "metrics.json", "offline", "offline/transitions.jsonl",
+                    "plots", "stages.json", "tb", "tb/sft"]  # the experience stage's episodes and rl's resume go too
     assert json.loads((dst / "metrics.json").read_text()) == {
         "collect/real_transitions": 100.0, "sft/test_success_rate": 0.1, "budget/real_transitions": 100.0}
 
@@ -70,6 +73,11 @@ def test_reset_keeping_experience_guards_the_replay(tmp_path):
     assert (tmp_path / "dst" / "replay" / "CURRENT").exists() and (tmp_path / "dst" / "checkpoints" / "outcome").exists()
     assert not (tmp_path / "dst" / "checkpoints" / "s2r").exists() and (tmp_path / "dst" / "curriculum").exists()
     assert (tmp_path / "dst" / "history" / "synthetic_rl.json").exists() and not (tmp_path / "dst" / "eval").exists()
+
+
+def test_reset_after_eval_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="--after eval"):
+        reset(_run(tmp_path), tmp_path / "dst", "eval")
 
 
 def test_cli_names_a_stage_the_run_did_not_complete(tmp_path):

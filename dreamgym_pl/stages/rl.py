@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dreamgym_pl import dist
 from dreamgym_pl.experience.refresh import OnlineReplay
 from dreamgym_pl.rollout.datamodule import RolloutDataModule
 from dreamgym_pl.run import atomic_write_json, read_json
@@ -48,6 +49,10 @@ def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: i
     def save(m: Any, d: Any) -> None:
         save_rl_checkpoint(run, stage, m, d, lambda v: save_online_replay(v, buffer, online))
 
+    if budget_cap and budget > 0 and not state and dm.exhausted:  # e.g. more ranks than tasks fit: not a silent no-op
+        raise ValueError(f"{stage}.real_budget: {budget} fits fewer tasks than the {dist.world()} ranks under "
+                         f"{stage}.budget_cap (each task's episodes may take algo.group_size x env.max_steps "
+                         f"transitions); raise it or set {stage}.budget_cap=false")
     if state:
         dm.load_state_dict(state)
     else:  # version 0: the stage's start; a resume reads its buffer, never replay/ (which the end rewrites)

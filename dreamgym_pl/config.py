@@ -27,6 +27,7 @@ def _require(cond: bool, key: str, msg: str) -> None:
 def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     from dreamgym_pl.envs.base import known_envs
     from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm
+    from dreamgym_pl.rollout.datamodule import episodes_per_task
     from dreamgym_pl.stages import STAGES
 
     stages = list(_get(cfg, "stages") or [])
@@ -88,8 +89,9 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
     for stage in ("rl", "s2r"):  # a hard budget below one task's longest episodes would run no iteration at all
-        budget, g = _get(cfg, f"{stage}.real_budget"), _get(cfg, "algo.group_size") or 1
-        per_task = (g + (_get(cfg, "algo.baseline") in ("greedy", "group_greedy"))) * (_get(cfg, "env.max_steps") or 1)
+        budget = _get(cfg, f"{stage}.real_budget")
+        per_task = episodes_per_task(_get(cfg, "algo.group_size") or 1, _get(cfg, "algo.baseline") or "group") \
+            * (_get(cfg, "env.max_steps") or 1)
         if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
             raise ConfigError(f"{stage}.real_budget: {budget} fits not one task under {stage}.budget_cap (its episodes "
                               f"may take {per_task} transitions: algo.group_size x env.max_steps); raise it or set "

@@ -1,6 +1,6 @@
 """The hard real budget of an RL stage (`rl.budget_cap` / `s2r.budget_cap`): rollout/datamodule.tasks_within_budget."""
 
-from dreamgym_pl.rollout.datamodule import tasks_within_budget
+from dreamgym_pl.rollout.datamodule import episodes_per_task, tasks_within_budget
 
 
 def test_tasks_within_budget_by_hand():
@@ -22,3 +22,8 @@ def test_capped_iterations_never_pass_the_budget():
         used += n * 8 * 10
         iters += 1
     assert used <= budget and budget - used < 80 and iters == 1  # 7 tasks at 80: 560, then 40 left
+
+
+def test_episodes_per_task_counts_the_greedy_episode():
+    assert episodes_per_task(8) == 8 and episodes_per_task(8, "group") == 8
+    assert episodes_per_task(8, "greedy") == 9 and episodes_per_task(8, "group_greedy") == 9

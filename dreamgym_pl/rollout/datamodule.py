@@ -49,6 +49,12 @@ def iteration_rng(seed: int, iteration: int, stream: int) -> random.Random:
 TASK_STREAM, SHUFFLE_STREAM, TORCH_STREAM = 100003, 7919, 104729  # distinct primes: the streams never coincide
 
 
+def episodes_per_task(group_size: int, baseline: str = "group") -> int:
+    """Real episodes an RL iteration plays per task: its group, plus one greedy episode under baseline greedy /
+    group_greedy (both count against the budget)."""
+    return group_size + (1 if baseline in ("greedy", "group_greedy") else 0)
+
+
 def tasks_within_budget(remaining: int, tasks_per_iter: int, episodes_per_task: int, max_steps: int) -> int:
     """How many tasks an iteration may roll out so that its transitions cannot pass a hard budget: each task's
     episodes (`episodes_per_task`) may each take up to `max_steps` transitions. 0 when not one task fits."""
@@ -133,7 +139,7 @@ class RolloutDataModule(L.LightningDataModule):
         if not self.budget_cap:
             return self.tasks_per_iter
         c = self.algo.cfg
-        per_task = c.group_size + (1 if getattr(c, "baseline", "group") in ("greedy", "group_greedy") else 0)
+        per_task = episodes_per_task(c.group_size, getattr(c, "baseline", "group"))
         return tasks_within_budget(self.budget - self.consumed, self.tasks_per_iter, per_task, self.env.max_steps)
 
     @property

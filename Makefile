@@ -6,18 +6,27 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 CONF ?= webshop_s2r
 ARGS ?=
+# pinned versions (constraints.txt); `make install CONSTRAINTS=` resolves pyproject's ranges instead; after changing
+# the dependencies: `make lock CONSTRAINTS=` (installs from the ranges, then pins what is installed)
+CONSTRAINTS ?= constraints.txt
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install browser run test test-all clean
+.PHONY: install browser run test test-all clean lock
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# the CPU build of torch first (a later unpinned resolution would pull a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
+
+# constraints.txt from the installed versions (after a deliberate upgrade); torch without its local tag (+cpu)
+lock: install
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | \
+	  sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt
 
 # a headless chromium for the browser environments (env=miniwob): the system package, linked into
 # playwright by dreamgym_pl/envs/browser.py. Best effort: without root/apt the browser tests are skipped.

@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dreamgym_pl import config as config_checks
-from dreamgym_pl import dist
+from dreamgym_pl import dist, provenance
 from dreamgym_pl.stages import STAGES, Run
 from dreamgym_pl.stages.resume import seed_stage
 
@@ -29,6 +29,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     run = Run(cfg, run_dir, callbacks)
     if dist.is_main():  # the config of the latest invocation, resolved (benchmarks and tools reload it)
         (run.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        provenance.append_record(run.dir, provenance.environment_record())  # what this invocation ran on
     for stage in cfg.stages:
         if cfg.resume and stage in run.state["completed"]:
             log.info("stage %s: already completed, skipped (resume)", stage)

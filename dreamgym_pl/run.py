@@ -3,6 +3,7 @@ committed by one atomic pointer swap (RL checkpoints and the replay buffer share
 
 Run directory contract (scripts, sweeps and people read these):
   config.yaml    the resolved config of the latest invocation
+  environment.jsonl  one line per invocation: package versions, CPU, threads, commit (`provenance.py`)
   stages.json    completed stages and the current policy / experience checkpoints (resume)
   metrics.json   flat {"key": number}, rewritten atomically after every stage
   offline/       transitions.jsonl from `collect`

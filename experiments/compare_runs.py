@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from omegaconf import OmegaConf  # noqa: E402
 
 from dreamgym_pl.outcomes import common_goals, flips, paired_bootstrap, read_outcomes  # noqa: E402
+from dreamgym_pl.provenance import differences, read_records, summarise  # noqa: E402
 
 
 def main() -> None:
@@ -45,6 +46,20 @@ def main() -> None:
     verdict = "above 0" if lo > 0 else "below 0" if hi < 0 else "contains 0: not shown"
     print(f"B - A over {len(goals)} goals x {max(len(a), len(b))} seeds: {mean:+.4f} "
           f"(95% paired-bootstrap CI {lo:+.4f} .. {hi:+.4f}; {verdict})")
+    for line in environment_notes(list(args.a) + list(args.b)):
+        print(line)
+
+
+def environment_notes(dirs: list[Path]) -> list[str]:
+    """Where the runs' `environment.jsonl` records differ (packages, CPU, threads, commit): numbers made on
+    different installs or machines may differ for that reason alone. Runs without a record are named."""
+    recs = {str(d): read_records(d) for d in dirs}
+    missing = [d for d, r in recs.items() if not r]
+    lines = [f"note: no environment.jsonl (made before it existed): {', '.join(missing)}"] if missing else []
+    diff = differences({d: summarise(r) for d, r in recs.items() if r})
+    for field, values in diff.items():
+        lines.append(f"note: runs differ in {field}: " + "; ".join(f"{d}={v}" for d, v in values.items()))
+    return lines
 
 
 def seed_pairs(a: list[int], b: list[int]) -> list[tuple[int, int]]:

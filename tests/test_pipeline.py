@@ -7,6 +7,7 @@ import pytest
 from dreamgym_pl.core import Transition, read_jsonl
 from dreamgym_pl.outcomes import read_outcomes
 from dreamgym_pl.pipeline import run_pipeline
+from dreamgym_pl.provenance import read_records
 from tests.conftest import compose
 
 TINY = ["sft.max_steps=5", "sft.warmup_steps=1", "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
@@ -57,6 +58,8 @@ def test_grpo_pipeline_tiny(tmp_path):
     cfg2 = compose(["conf=webshop_grpo", "resume=true", *TINY])
     m2 = run_pipeline(cfg2, tmp_path)
     assert m2["budget/real_transitions"] == m["budget/real_transitions"]  # nothing counted twice
+    recs = read_records(tmp_path)  # one environment record per invocation (the resume added the second)
+    assert len(recs) == 2 and all(r["packages"]["torch"] and r["torch_threads"] >= 1 for r in recs)
 
 
 EXP = ["experience.onpolicy_episodes=4", "experience.max_transitions=150", "experience.max_steps=5", "experience.warmup_steps=1", "experience.judge_steps=12", "experience.max_new_tokens=40",

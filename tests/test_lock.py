@@ -1,0 +1,47 @@
+"""constraints.txt (the pinned install `make install` uses) against pyproject.toml's dependencies."""
+
+import re
+import tomllib
+from importlib import metadata
+
+from packaging.requirements import Requirement
+
+from dreamgym_pl.provenance import PACKAGES
+from tests.conftest import ROOT
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version.strip(), f"constraints.txt: {line!r} is not an exact pin"
+            out[norm(name)] = version.strip()
+    return out
+
+
+def direct_requirements() -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]]
+
+
+def test_every_direct_dependency_is_pinned_inside_its_range():
+    p = pins()
+    missing = [r.name for r in direct_requirements() if norm(r.name) not in p]
+    assert not missing, f"not in constraints.txt (run `make lock`): {missing}"
+    outside = [f"{r.name}=={p[norm(r.name)]} (pyproject: {r.specifier})" for r in direct_requirements()
+               if not r.specifier.contains(p[norm(r.name)], prereleases=True)]
+    assert not outside, outside
+
+
+def test_the_installed_versions_are_the_pinned_ones():
+    """`make install` installs from constraints.txt; an install made otherwise reads differently here, and its
+    numbers may differ from the README's (README "Reproducibility")."""
+    p = pins()
+    differ = {n: (metadata.version(n), p[norm(n)]) for n in PACKAGES
+              if norm(n) in p and metadata.version(n).split("+")[0] != p[norm(n)]}
+    assert not differ, f"installed vs pinned: {differ}"

@@ -1,0 +1,49 @@
+"""experiments/webshop_decision_margins.py: its pure parts against hand values, and the recorder on the oracle."""
+
+import math
+import runpy
+from pathlib import Path
+
+import pytest
+
+from dreamgym_pl.envs.base import make_vec_env
+from dreamgym_pl.envs.webshop.reward import goal_option_values
+from dreamgym_pl.rollout.collector import run_episodes
+from dreamgym_pl.rollout.prompts import PromptConfig
+
+M = runpy.run_path(str(Path(__file__).resolve().parents[1] / "experiments" / "webshop_decision_margins.py"))
+
+
+def test_pair_prob_and_kind_hand_values():
+    assert M["pair_prob"](math.log(0.3), math.log(0.1)) == pytest.approx(0.75)
+    assert M["pair_prob"](-1000.0, -1000.0 + math.log(3)) == pytest.approx(0.25)  # stable far from 0
+    assert M["action_kind"]("click[buy now]", "click[red]") == "buy"
+    assert M["action_kind"]("click[red]", "click[red]") == "continue"
+    assert M["action_kind"]("click[< prev]", "click[red]") == "other"
+
+
+def test_summary_hand_values():
+    rows = [{"kind": "buy", "p_buy_pair": 0.9, "logp_cont": math.log(0.05)},
+            {"kind": "buy", "p_buy_pair": 0.6, "logp_cont": math.log(0.3)},
+            {"kind": "continue", "p_buy_pair": 0.2, "logp_cont": math.log(0.7)},
+            {"kind": "other", "p_buy_pair": 0.5, "logp_cont": math.log(0.2)}]
+    s = M["summary"](rows)
+    assert s["decisions"] == 4 and s["greedy_buy"] == 0.5 and s["greedy_continue"] == 0.25 and s["greedy_other"] == 0.25
+    assert s["p_buy_pair_mean"] == pytest.approx(0.55) and s["p_buy_pair_median"] == 0.6  # sorted: .2 .5 .6 .9
+    assert s["near_tie_share"] == 0.5 and s["p_continue_mean"] == pytest.approx(0.3125)
+
+
+def test_recorder_finds_the_decision_on_multi_option_goals_only():
+    env = make_vec_env("webshop", num_products=200, num_test=60, num_val=10, seed=0)
+    tasks = env.tasks("test")
+    rec = M["DecisionRecorder"](env.scripted_agent("oracle"), PromptConfig())
+    trajs = run_episodes(env, tasks, rec, batch_size=16)
+    multi = {t.task_id for t in tasks if len(goal_option_values(t.goal)) >= 2}
+    assert rec.records and {r["task_id"] for r in rec.records} <= multi
+    assert len({r["task_id"] for r in rec.records}) == len(rec.records)  # once an episode
+    by_id = {t.task.task_id: t for t in trajs}
+    for r in rec.records:
+        acts = [tr.action for tr in by_id[r["task_id"]].transitions]
+        assert r["continue"] in acts and acts[-1] == "click[buy now]"  # the oracle clicked it, then bought
+        assert r["continue"][len("click["):-1] in goal_option_values(by_id[r["task_id"]].task.goal)
+        assert r["prompt"].endswith("action :")

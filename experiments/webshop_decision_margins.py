@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dreamgym_pl.core import Observation, Task  # noqa: E402
 from dreamgym_pl.envs.webshop.agents import selected_options  # noqa: E402
 from dreamgym_pl.envs.webshop.reward import goal_option_values  # noqa: E402
-from dreamgym_pl.policy.samples import encode_action, encode_prompt  # noqa: E402
+from dreamgym_pl.policy.samples import encode_prompt  # noqa: E402
 from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, extract_action  # noqa: E402
 
 BUY = "click[buy now]"
@@ -76,6 +76,8 @@ def summary(rows: Sequence[dict]) -> dict[str, float]:
     """rows: {kind, p_buy_pair, logp_cont}; the shares of greedy kinds, the mean and quartiles of the pairwise
     buy probability, the share of decisions within 0.3-0.7 of it (a near tie), and the mean p(continue)."""
     n = len(rows)
+    if n == 0:
+        raise ValueError("no decision recorded: no goal of the split asks for two or more options the oracle clicks")
     ps = sorted(r["p_buy_pair"] for r in rows)
     q = lambda f: ps[min(n - 1, int(f * n))]  # noqa: E731
     return {"decisions": n,
@@ -87,7 +89,9 @@ def summary(rows: Sequence[dict]) -> dict[str, float]:
 
 @torch.no_grad()
 def sequence_logp(model, tok, prompt: str, action: str, max_tokens: int) -> float:
-    p, a = encode_prompt(tok, prompt, max_tokens), encode_action(tok, action)
+    """log p(action | prompt): the action's tokens without the end-of-sequence one (generation stops at the
+    action's stop string, and RL's samples end there too), logits at position i scoring token i + 1."""
+    p, a = encode_prompt(tok, prompt, max_tokens), tok(action, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([p + a])
     logits = model(input_ids=ids).logits[0, len(p) - 1:-1].float()
     return float(torch.log_softmax(logits, -1).gather(1, torch.tensor(a)[:, None]).sum())
@@ -116,13 +120,15 @@ def main() -> None:
         model, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
         model.eval()
         algo = algorithm(run)
-        actor = policy_actor(HFEngine(model, tok, micro_batch=64), run.prompt_cfg, run.env, 0.0, algo.cfg.max_new_tokens)
+        engine = HFEngine(model, tok, max_prompt_tokens=run.prompt_cfg.max_tokens, micro_batch=64,
+                          cache=run.cfg.engine.get("cache", "static"))
+        actor = policy_actor(engine, run.prompt_cfg, run.env, 0.0, algo.cfg.max_new_tokens)
         greedy = actor.engine.generate([r["prompt"] for r in rec.records], actor.params)
         rows = []
         for r, g in zip(rec.records, greedy):
             lb = sequence_logp(model, tok, r["prompt"], BUY, run.prompt_cfg.max_tokens)
             lc = sequence_logp(model, tok, r["prompt"], r["continue"], run.prompt_cfg.max_tokens)
-            act = run.env.normalize_action(extract_action(g.text, actor.params.stop))  # as PolicyActor reads it
+            act = run.env.normalize_action(extract_action(g.text, actor.params.stop, run.prompt_cfg.think))  # as PolicyActor
             rows.append({"kind": action_kind(act, r["continue"]), "p_buy_pair": pair_prob(lb, lc), "logp_cont": lc})
         s = summary(rows)
         print(f"{d} ({args.policy}, {len(tasks)} {args.split} goals asking >= 2 options): "

@@ -46,4 +46,22 @@ def test_recorder_finds_the_decision_on_multi_option_goals_only():
         acts = [tr.action for tr in by_id[r["task_id"]].transitions]
         assert r["continue"] in acts and acts[-1] == "click[buy now]"  # the oracle clicked it, then bought
         assert r["continue"][len("click["):-1] in goal_option_values(by_id[r["task_id"]].task.goal)
-        assert r["prompt"].endswith("action :")
+
+
+def test_sequence_logp_is_the_sum_of_next_token_logprobs(tmp_path):
+    """Checked against one forward pass a token on a tiny checkpoint; no end-of-sequence token is scored."""
+    import torch
+
+    from dreamgym_pl.models import load_pretrained
+    from tests.conftest import save_tiny_checkpoint
+
+    model, tok = load_pretrained(save_tiny_checkpoint(tmp_path / "m"))
+    prompt, action = "task : find a red shirt \n action :", "click[buy now]"
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    a = tok(action, add_special_tokens=False)["input_ids"]
+    want = 0.0
+    with torch.no_grad():
+        for j, t in enumerate(a):
+            logits = model(input_ids=torch.tensor([p + a[:j]])).logits[0, -1]
+            want += float(torch.log_softmax(logits.float(), -1)[t])
+    assert M["sequence_logp"](model, tok, prompt, action, 1024) == pytest.approx(want, abs=1e-4)

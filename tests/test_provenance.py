@@ -9,7 +9,12 @@ from dreamgym_pl import provenance as pv
 def test_cpu_model_reads_the_model_name():
     text = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\nflags\t: fpu\n"
     assert pv.cpu_model(text) == "Intel(R) Xeon(R) CPU @ 2.20GHz"
-    assert pv.cpu_model("processor\t: 0\nmodel name\t:   \n") not in ("", None)  # an empty name falls back
+
+def test_cpu_model_falls_back_to_the_platform(monkeypatch):
+    monkeypatch.setattr(pv.platform, "processor", lambda: "x86_64")
+    assert pv.cpu_model("processor\t: 0\nmodel name\t:   \n") == "x86_64"  # an empty name
+    monkeypatch.setattr(pv.platform, "processor", lambda: "")
+    assert pv.cpu_model("") == "unknown"
 
 
 def test_package_versions_are_the_installed_ones():
@@ -18,9 +23,11 @@ def test_package_versions_are_the_installed_ones():
 
 
 def test_environment_record_fields(tmp_path):
-    r = pv.environment_record()
+    r = pv.environment_record(stages=["collect", "sft"], resume=True)
     for key in ("time", "commit", "python", "platform", "cpu", "cpu_count", "torch_threads", "packages"):
         assert key in r
+    assert r["stages"] == ["collect", "sft"] and r["resume"] is True
+    assert "stages" not in pv.flatten(r) and "resume" not in pv.flatten(r)  # they differ between invocations
     assert r["packages"]["transformers"] == metadata.version("transformers") and r["torch_threads"] >= 1
     pv.append_record(tmp_path, r)
     pv.append_record(tmp_path, {**r, "time": "later"})

@@ -4,7 +4,8 @@ buy now (the demonstrator's habit, 65% of its multi-option episodes) or click th
 oracle's own on the split's goals asking for two or more options (the first such page of each episode, the
 prompt as the policy would see it there); per policy it prints the greedy action's kind, the pairwise probability
 of buying, p(buy) / (p(buy) + p(next option)) with each action's sequence probability, its spread, and the mean
-probability of the continuing action (what a sampled group of RL finds).
+probability of the continuing action (what a sampled group of RL finds); and, from the run's offline episodes,
+what its demonstrations did at the same decision.
 
     python experiments/webshop_decision_margins.py D1 [D2 ...] [--policy sft] [--split test] [--tasks 500]
 """
@@ -21,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.core import Observation, Task  # noqa: E402
+from dreamgym_pl.core import Observation, Task, Transition, group_trajectories, read_jsonl  # noqa: E402
 from dreamgym_pl.envs.webshop.agents import selected_options  # noqa: E402
 from dreamgym_pl.envs.webshop.reward import goal_option_values  # noqa: E402
 from dreamgym_pl.policy.samples import encode_prompt  # noqa: E402
@@ -57,6 +58,26 @@ class DecisionRecorder:
                 self.done[i] = True
             self.history[i].append((obs.text, a))
         return actions
+
+
+def demo_decisions(trajs: Sequence) -> dict[str, int]:
+    """What demonstrations did at the same decision: over trajectories (a run's offline episodes of one agent), the
+    first page of each with `buy now` admissible, a wanted option chosen and another wanted one not: `buy` or
+    `continue` there; and `final_buys`, purchases on pages where every wanted option was chosen (the page a policy
+    may pool with the decision)."""
+    out = {"buy": 0, "continue": 0, "final_buys": 0}
+    for t in trajs:
+        wanted, decided = set(goal_option_values(t.task.goal)), False
+        for tr in t.transitions:
+            chosen = selected_options(tr.state.text)
+            if BUY not in tr.state.admissible or not wanted & chosen:
+                continue
+            if not decided and len(wanted) >= 2 and not wanted <= chosen:
+                out["buy" if tr.action == BUY else "continue"] += 1
+                decided = True
+            elif wanted <= chosen and tr.action == BUY:
+                out["final_buys"] += 1
+    return out
 
 
 def action_kind(action: str, cont: str) -> str:
@@ -111,6 +132,7 @@ def main() -> None:
     ap.add_argument("--policy", default="sft", help="the checkpoint under <run>/checkpoints/")
     ap.add_argument("--split", default="test", choices=["train", "val", "test"])
     ap.add_argument("--tasks", type=int, default=500, help="the split's first N goals (those asking >= 2 options)")
+    ap.add_argument("--demos", default="hasty", help="the offline agent whose decisions are counted too")
     args = ap.parse_args()
     for d in args.runs:
         run = Run(run_config(d, []), d)
@@ -131,6 +153,14 @@ def main() -> None:
             act = run.env.normalize_action(extract_action(g.text, actor.params.stop, run.prompt_cfg.think))  # as PolicyActor
             rows.append({"kind": action_kind(act, r["continue"]), "p_buy_pair": pair_prob(lb, lc), "logp_cont": lc})
         s = summary(rows)
+        offline = d / "offline" / "transitions.jsonl"
+        if offline.exists():  # the run's own demonstrations, at the same decision (train goals)
+            demos = [t for t in group_trajectories(read_jsonl(offline, Transition))
+                     if t.transitions and t.transitions[0].source == args.demos]
+            c = demo_decisions(demos)
+            print(f"{d}: {len(demos)} {args.demos} demonstrations buy at the decision {c['buy']} times, continue "
+                  f"{c['continue']} ({c['buy'] / max(1, c['buy'] + c['continue']):.3f} buy); {c['final_buys']} purchases "
+                  f"with every wanted option chosen")
         print(f"{d} ({args.policy}, {len(tasks)} {args.split} goals asking >= 2 options): "
               + ", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in s.items()))
 

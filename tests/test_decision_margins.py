@@ -65,3 +65,17 @@ def test_sequence_logp_is_the_sum_of_next_token_logprobs(tmp_path):
             logits = model(input_ids=torch.tensor([p + a[:j]])).logits[0, -1]
             want += float(torch.log_softmax(logits.float(), -1)[t])
     assert M["sequence_logp"](model, tok, prompt, action, 1024) == pytest.approx(want, abs=1e-4)
+
+
+def test_demo_decisions_count_the_hasty_habit():
+    from dreamgym_pl.envs.webshop.agents import HastyBuyer, WebShopOracle
+
+    env = make_vec_env("webshop", num_products=200, num_test=60, num_val=10, seed=0)
+    tasks = env.tasks("test")
+    catalogue = {p["asin"]: p for p in env.engine.products}
+    always = M["demo_decisions"](run_episodes(env, tasks, HastyBuyer(skip=1.0, catalogue=catalogue), batch_size=16))
+    never = M["demo_decisions"](run_episodes(env, tasks, HastyBuyer(skip=0.0, catalogue=catalogue), batch_size=16))
+    oracle = M["demo_decisions"](run_episodes(env, tasks, WebShopOracle(catalogue=catalogue), batch_size=16))
+    assert always["buy"] > 0 and always["continue"] == 0  # every decision bought
+    assert never == oracle and never["buy"] == 0 and never["continue"] == always["buy"]  # the same decisions
+    assert never["final_buys"] > always["final_buys"]  # each continued episode ends with every option chosen

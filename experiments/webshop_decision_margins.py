@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dreamgym_pl.core import Observation, Task, Transition, group_trajectories, read_jsonl  # noqa: E402
-from dreamgym_pl.envs.webshop.agents import selected_options  # noqa: E402
+from dreamgym_pl.envs.webshop.agents import buy_with_a_wanted_option, selected_options  # noqa: E402
 from dreamgym_pl.envs.webshop.reward import goal_option_values  # noqa: E402
 from dreamgym_pl.policy.samples import encode_prompt  # noqa: E402
 from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, extract_action  # noqa: E402
@@ -50,9 +50,8 @@ class DecisionRecorder:
         for i, (obs, a) in enumerate(zip(observations, actions)):
             if obs is None or a is None:
                 continue
-            wanted = set(goal_option_values(self.tasks[i].goal))
-            if (not self.done[i] and BUY in obs.admissible and wanted & selected_options(obs.text)
-                    and a != BUY and a.startswith("click[")):
+            if (not self.done[i] and a != BUY and a.startswith("click[")
+                    and buy_with_a_wanted_option(set(goal_option_values(self.tasks[i].goal)), obs)):
                 self.records.append({"task_id": self.tasks[i].task_id, "continue": a,
                                      "prompt": build_prompt(self.tasks[i], self.history[i], obs, self.prompt_cfg)})
                 self.done[i] = True
@@ -69,9 +68,9 @@ def demo_decisions(trajs: Sequence) -> dict[str, int]:
     for t in trajs:
         wanted, decided = set(goal_option_values(t.task.goal)), False
         for tr in t.transitions:
-            chosen = selected_options(tr.state.text)
-            if BUY not in tr.state.admissible or not wanted & chosen:
+            if not buy_with_a_wanted_option(wanted, tr.state):
                 continue
+            chosen = selected_options(tr.state.text)
             if not decided and len(wanted) >= 2 and not wanted <= chosen:
                 out["buy" if tr.action == BUY else "continue"] += 1
                 decided = True

@@ -1,19 +1,15 @@
 """constraints.txt (the pinned install `make install` uses) against pyproject.toml's dependencies."""
 
-import re
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as norm
 
 from dreamgym_pl.provenance import PACKAGES
 from tests.conftest import ROOT
-
-
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def pins() -> dict[str, str]:

@@ -40,6 +40,12 @@ def selected_options(page: str) -> set[str]:
     return set(re.findall(r"\(([^()]*)\):", page))
 
 
+def buy_with_a_wanted_option(wanted: set[str], obs: Observation) -> bool:
+    """An item page where `buy now` is admissible and at least one wanted option value is chosen: where the hasty
+    buyer may buy before its last option (and where `experiments/webshop_decision_margins.py` asks a policy)."""
+    return "click[buy now]" in obs.admissible and bool(wanted & selected_options(obs.text))
+
+
 def _click_target(a: str) -> str:
     return a[len("click["):-1] if a.startswith("click[") else a
 
@@ -166,10 +172,8 @@ class HastyBuyer(ScriptedAgent):
         self.hasty = [len(goal_option_values(t.goal)) >= 2 and self.rng.random() < self.skip for t in self.tasks]
 
     def act_one(self, slot: int, obs: Observation) -> str:
-        if self.hasty[slot] and "click[buy now]" in obs.admissible:
-            wanted = set(goal_option_values(self.tasks[slot].goal))
-            if wanted & selected_options(obs.text):
-                return "click[buy now]"
+        if self.hasty[slot] and buy_with_a_wanted_option(set(goal_option_values(self.tasks[slot].goal)), obs):
+            return "click[buy now]"
         return self.oracle.act_one(slot, obs)
 
 

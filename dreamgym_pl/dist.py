@@ -46,7 +46,8 @@ def slurm_launch_env(environ: Mapping[str, str], expected_world: int | None = No
     {} when there is nothing to translate: torchrun set RANK or WORLD_SIZE; no SLURM_NTASKS or SLURM_PROCID; a job
     named `bash` or `interactive` (Lightning's convention for "SLURM allocated, another launcher starts the
     processes"); one task; or `expected_world` (the trainer's devices x nodes, when known) differs from SLURM_NTASKS
-    (e.g. python started once inside an sbatch script of 8 tasks: joining a group of 8 would wait forever)."""
+    (a config Lightning would refuse). Not caught: python started once, without srun, inside an sbatch allocation
+    whose task count matches the config: it waits for tasks that never start, as Lightning's trainer would."""
     if "RANK" in environ or "WORLD_SIZE" in environ:
         return {}
     if "SLURM_NTASKS" not in environ or "SLURM_PROCID" not in environ:

@@ -73,3 +73,38 @@ def test_two_srun_like_processes_form_one_group():
         assert p.returncode == 0, err[-2000:]
     # each process knows its own rank before any Lightning code ran, and the sum crossed the group: 1 + 2
     assert sorted(o.split() for o, _ in outs) == [["0", "2", "0", "3.0"], ["1", "2", "1", "3.0"]]
+
+
+def test_agrees_with_lightnings_slurm_environment(monkeypatch):
+    """The values the trainer's SLURM environment will read later are the ones the group was formed with."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(k, "")  # recorded, so that what Lightning writes (MASTER_ADDR/PORT) is undone after
+        monkeypatch.delenv(k)
+    for k, v in {**SRUN, "SLURM_NTASKS_PER_NODE": "8", "SLURM_NNODES": "2", "SLURM_NODEID": "1"}.items():
+        monkeypatch.setenv(k, v)
+    env = slurm_launch_env(dict(os.environ), expected_world=16)
+    le = SLURMEnvironment()
+    assert (le.main_address, str(le.main_port)) == (env["MASTER_ADDR"], env["MASTER_PORT"])
+    assert (str(le.global_rank()), str(le.world_size()), str(le.local_rank())) == \
+        (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"])
+
+
+def test_pipeline_passes_the_trainers_world(monkeypatch, tmp_path):
+    """run_pipeline hands init_from_env the trainer's devices x nodes (the guard against a mismatched SLURM job)."""
+    import dreamgym_pl.pipeline as pipeline
+    from tests.conftest import compose
+
+    seen = []
+
+    def stop(accelerator, expected):
+        seen.append((accelerator, expected))
+        raise RuntimeError("stop before any stage")
+
+    monkeypatch.setattr(pipeline.dist, "init_from_env", stop)
+    try:
+        pipeline.run_pipeline(compose(["trainer=ddp_cpu"]), tmp_path)
+    except RuntimeError:
+        pass
+    assert seen == [("cpu", 2)]

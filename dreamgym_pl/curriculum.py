@@ -53,10 +53,18 @@ def max_generated(batch_size: int, max_share: float) -> int:
     return int(math.floor(max_share * batch_size + 1e-9))
 
 
+def usable(generated: Sequence[Task], uses: dict[str, int], max_uses: int) -> list[Task]:
+    """The generated tasks that may still join a batch: those used in fewer than `max_uses` batches
+    (`curriculum.max_uses`; 0: no limit, every one)."""
+    if max_uses < 0:
+        raise ValueError(f"curriculum.max_uses: must be >= 0, got {max_uses}")
+    return [t for t in generated if max_uses == 0 or uses.get(t.task_id, 0) < max_uses]
+
+
 def mix_batch(original: Sequence[Task], generated: Sequence[Task], batch_size: int, max_share: float,
               rng: random.Random) -> list[Task]:
     """A batch with at most floor(lambda * B) generated tasks (the newest first), the rest original tasks
-    drawn without replacement so their coverage is kept."""
+    drawn without replacement so their coverage is kept. `generated`: the ones that may join (`usable`)."""
     n_gen = min(len(generated), max_generated(batch_size, max_share))
     gen = list(generated)[-n_gen:] if n_gen else []
     orig = rng.sample(list(original), min(len(original), batch_size - n_gen))
@@ -191,6 +199,7 @@ class CurriculumState:
     valid: int = 0
     new: int = 0
     accepted: int = 0
+    uses: dict[str, int] = field(default_factory=dict)  # generated task id -> batches it has joined
 
 
 class Curriculum:
@@ -207,11 +216,15 @@ class Curriculum:
                  task_values: Callable[[list], dict[str, float]], max_share: float, min_variance: float,
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
                  state: CurriculumState | None = None, held_out: Sequence[str] = (),
-                 check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8):
+                 check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8,
+                 max_uses: int = 0):
         """`held_out`: instructions a generated task must never equal (the val and test tasks'); equality is
         by `text_key`, so a detokenised generation and a real instruction compare like with like.
-        `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs."""
+        `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs.
+        `max_uses`: batches a generated task may join (0: no limit; then the newest ones join every batch)."""
         max_generated(batch_size, max_share)  # validates lambda
+        usable([], {}, max_uses)  # validates max_uses
+        self.max_uses = max_uses
         self.original = list(original)
         self.generate = generate
         self.task_values = task_values
@@ -280,7 +293,11 @@ class Curriculum:
         """The next batch of tasks, after learning from the last iteration's trajectories (None: none yet)."""
         if last_trajs:
             self.update(last_trajs)
-        batch = mix_batch(self.original, self.state.generated, self.batch_size, self.max_share, self.rng)
+        batch = mix_batch(self.original, usable(self.state.generated, self.state.uses, self.max_uses),
+                          self.batch_size, self.max_share, self.rng)
+        for t in batch:
+            if t.parent_id is not None:
+                self.state.uses[t.task_id] = self.state.uses.get(t.task_id, 0) + 1
         share = sum(1 for t in batch if t.parent_id is not None) / max(1, len(batch))
         self.state.shares.append(share)
         self.last_logs["curriculum/synthetic_share"] = share

@@ -161,3 +161,40 @@ def test_curriculum_logs_shares_examples_and_roots_lineage():
     assert gen.goal == {"generated": True, "parent_goal": {"category": "tea"}}
     grand = cur._variation(gen, "buy black tea")
     assert grand.goal["parent_goal"] == {"category": "tea"} and grand.generation == 2 and grand.parent_id == gen.task_id
+
+
+def test_usable_hand_computed():
+    from dreamgym_pl.curriculum import usable
+
+    gen = [Task(f"g{i}", "y", parent_id="o0", generation=1) for i in range(3)]
+    uses = {"g0": 2, "g1": 1}
+    assert [t.task_id for t in usable(gen, uses, 0)] == ["g0", "g1", "g2"]  # no limit
+    assert [t.task_id for t in usable(gen, uses, 1)] == ["g2"]
+    assert [t.task_id for t in usable(gen, uses, 2)] == ["g1", "g2"]
+    with pytest.raises(ValueError, match="curriculum.max_uses"):
+        usable(gen, uses, -1)
+
+
+def _two_generated(max_uses):
+    from types import SimpleNamespace
+
+    from dreamgym_pl.curriculum import Curriculum
+
+    train = [Task(f"t{i}", f"buy tea {i}") for i in range(6)]
+    outputs = iter([["<task> buy green tea </task>", "<task> buy black tea </task>"]])
+    cur = Curriculum(train, lambda prompts: next(outputs)[: len(prompts)], lambda trajs: {"t0": 0.25, "t1": 0.25},
+                     max_share=0.5, min_variance=0.05, num_seeds=2, batch_size=4, max_uses=max_uses)
+    first = cur.sample([SimpleNamespace(task=t) for t in train])
+    return cur, first, [cur.sample(None) for _ in range(2)]
+
+
+def test_max_uses_limits_how_often_a_generated_task_joins_a_batch():
+    # no limit: both generated tasks (floor(0.5 * 4) = 2) join every batch
+    cur, first, rest = _two_generated(0)
+    assert [sum(t.parent_id is not None for t in b) for b in [first, *rest]] == [2, 2, 2]
+    assert cur.state.uses == {"gen-0": 3, "gen-1": 3} and cur.state.shares == [0.5, 0.5, 0.5]
+    # one use each: the next batches hold original tasks only
+    cur, first, rest = _two_generated(1)
+    assert [sum(t.parent_id is not None for t in b) for b in [first, *rest]] == [2, 0, 0]
+    assert cur.state.uses == {"gen-0": 1, "gen-1": 1} and all(len(b) == 4 for b in rest)
+    assert cur.state.shares == [0.5, 0.0, 0.0]

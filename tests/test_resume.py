@@ -15,7 +15,8 @@ from tests.test_pipeline import EXP, TINY
 # the paper's invalid-action rule: an untrained policy's episodes end at once, so synthetic RL has many short
 # iterations (and checkpoints) to be killed between
 ARGS = ["conf=webshop_s2r", *TINY, *EXP, "synthetic_rl.synthetic_budget=200", "checkpoint_every=1",
-        "curriculum.lambda_=0.5", "curriculum.min_variance=0.01", "experience.invalid_action=end"]
+        "curriculum.lambda_=0.5", "curriculum.max_uses=2", "curriculum.min_variance=0.01",
+        "experience.invalid_action=end"]
 
 
 def _run(run_dir, extra=()):

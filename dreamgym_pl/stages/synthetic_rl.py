@@ -104,12 +104,12 @@ def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path 
             gen = [from_dict(Task, d) for d in iter_jsonl(sdir / "generated_tasks.jsonl")]
         counts = {k: int(raw.get(k, 0)) for k in ("attempts", "valid", "new", "accepted")}  # 0 in older checkpoints
         state = CurriculumState(values=raw["values"], generated=gen, rejected=raw["rejected"], shares=raw["shares"],
-                                **counts)
+                                uses={k: int(v) for k, v in raw.get("uses", {}).items()}, **counts)  # {} in older ones
     cur = Curriculum(run.env.tasks("train"), lambda prompts: [x.text for x in senv.engine.generate(prompts, params)],
                      lambda trajs: algo.task_values(trajs, embed, c.num_clusters), c.lambda_, c.min_variance,
                      c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state,
                      held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)],
-                     check_task=run.env.check_generated_task)
+                     check_task=run.env.check_generated_task, max_uses=c.max_uses)
     if raw is not None:
         version, internal, gauss = raw["rng"]
         cur.rng.setstate((version, tuple(internal), gauss))
@@ -121,7 +121,8 @@ def save_curriculum(sdir: Path, cur: Curriculum) -> None:
     st = cur.state
     atomic_write_json(sdir / "state.json", {"values": st.values, "rejected": st.rejected, "shares": st.shares,
                                             "attempts": st.attempts, "valid": st.valid, "new": st.new,
-                                            "accepted": st.accepted, "rng": list(cur.rng.getstate())})
+                                            "accepted": st.accepted, "uses": st.uses,
+                                            "rng": list(cur.rng.getstate())})
     write_jsonl(sdir / "generated_tasks.jsonl", st.generated)
 
 

@@ -1,4 +1,5 @@
-"""One rule per config key: the table that `config.validate` checks before any work starts.
+"""One rule per config key: the table that `config.validate` checks before any work starts (the
+rule vocabulary: `config_rules.py`).
 
 Every leaf key of `conf/config.yaml` and of the config groups (`conf/*/*.yaml`) has a rule here, keyed by its
 dotted name (`*` matches one level: `collect.agents.*`); tests/test_config.py walks every file and fails on a
@@ -11,125 +12,18 @@ stay in `config.validate`.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from dreamgym_pl.config_rules import (BOOL, DTYPES, FILE, NONNEG, NONNEG_INT, POS, POS_INT, PRECISIONS, PROB, TEXT,
+                                      Lazy, Rule, integer, is_algo_name, is_devices, is_env_name, is_int,
+                                      is_stage_list, is_str_list, is_strategy, nullable, number, one_of, stage_words)
 
-@dataclass(frozen=True)
-class Rule:
-    ok: Callable[[Any], bool]
-    allowed: str          # what the error says the key allows
-    bad: Any              # a value the rule rejects (used by the test)
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def integer(lo: int | None = None) -> Rule:
-    if lo is None:
-        return Rule(_int, "an integer", 1.5)
-    return Rule(lambda v: _int(v) and v >= lo, f"an integer >= {lo}", lo - 1)
-
-
-def number(lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False) -> Rule:
-    def ok(v: Any) -> bool:
-        if not _num(v):
-            return False
-        if lo is not None and (v <= lo if lo_open else v < lo):
-            return False
-        return not (hi is not None and (v >= hi if hi_open else v > hi))
-
-    if hi is None:
-        words, bad = f"a number {'>' if lo_open else '>='} {lo}", (lo if lo_open else lo - 1)
-    else:
-        words = f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        bad = hi if hi_open else hi + 1
-    return Rule(ok, words, bad)
-
-
-def one_of(*values: Any) -> Rule:
-    return Rule(lambda v: v in values, f"one of {list(values)}", "no-such-value")
-
-
-def nullable(rule: Rule) -> Rule:
-    return Rule(lambda v: v is None or rule.ok(v), f"null or {rule.allowed}", rule.bad)
-
-
-def _existing_file(v: Any) -> bool:
-    return isinstance(v, str) and Path(v).is_file()
-
-
-BOOL = Rule(lambda v: isinstance(v, bool), "true or false", "maybe")
-TEXT = Rule(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string", "")
-FILE = Rule(lambda v: v is None or _existing_file(v), "null or an existing file", "/no/such/file.json")
-POS_INT, NONNEG_INT = integer(1), integer(0)
-POS, NONNEG = number(0, lo_open=True), number(0)
-PROB = number(0, 1)
-
-
-def _str_list(v: Any) -> bool:
-    return isinstance(v, (list, tuple)) and all(isinstance(x, str) and x for x in v)
-
-
-def _stages(v: Any) -> bool:
-    from dreamgym_pl.stages import STAGES
-
-    return isinstance(v, (list, tuple)) and len(v) > 0 and all(s in STAGES for s in v)
-
-
-def _stage_words() -> str:
-    from dreamgym_pl.stages import STAGES
-
-    return f"a non-empty list of stages from {list(STAGES)}"
-
-
-def _env_name(v: Any) -> bool:
-    from dreamgym_pl.envs.base import known_envs
-
-    return v in known_envs()
-
-
-def _algo_name(v: Any) -> bool:
-    from dreamgym_pl.policy.algos import RL_ALGORITHMS
-
-    return v in RL_ALGORITHMS
-
-
-def _devices(v: Any) -> bool:
-    return (_int(v) and (v > 0 or v == -1)) or v == "auto" or (isinstance(v, (list, tuple)) and all(_int(x) for x in v))
-
-
-def _strategy(v: Any) -> bool:
-    return (isinstance(v, str) and v != "") or (isinstance(v, dict) and isinstance(v.get("_target_"), str))
-
-
-class Lazy(Rule):
-    """A rule whose allowed words are computed when an error is raised (registries load lazily)."""
-
-    def __init__(self, ok: Callable[[Any], bool], words: Callable[[], str], bad: Any):
-        object.__setattr__(self, "ok", ok)
-        object.__setattr__(self, "_words", words)
-        object.__setattr__(self, "bad", bad)
-
-    @property
-    def allowed(self) -> str:  # type: ignore[override]
-        return self._words()
-
-
-DTYPES = ("float32", "bfloat16", "float16")
-PRECISIONS = ("32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "bf16-true", "16-true", "64-true", "64", 64)
 
 RULES: dict[str, Rule] = {
     # ----- root --------------------------------------------------------------------------------
-    "stages": Lazy(_stages, _stage_words, ["collect", "teleport"]),
+    "stages": Lazy(is_stage_list, stage_words, ["collect", "teleport"]),
     "seed": integer(),
     "resume": BOOL,
     "checkpoint_every": POS_INT,
@@ -214,7 +108,7 @@ RULES: dict[str, Rule] = {
     "experience.outcome_freeze_layers": NONNEG_INT,
     "experience.outcome_max_length": POS_INT,
     "experience.outcome_agents.*": NONNEG_INT,
-    "experience.outcome_agents": Rule(lambda v: hasattr(v, "keys") and all(_int(n) and n >= 0 for n in v.values()),
+    "experience.outcome_agents": Rule(lambda v: hasattr(v, "keys") and all(is_int(n) and n >= 0 for n in v.values()),
                                       "a mapping of scripted agent -> episodes ({} for none)", 3),
     # ----- replay / curriculum -----------------------------------------------------------------
     "replay.embedder": one_of("hashing", "minilm"),
@@ -252,7 +146,7 @@ RULES: dict[str, Rule] = {
     "prompt.think": BOOL,
     "prompt.max_tokens": POS_INT,
     # ----- algo (conf/algo) --------------------------------------------------------------------
-    "algo.name": Lazy(_algo_name, lambda: "a registered RL algorithm (dreamgym_pl/policy/algos)", "a2c"),
+    "algo.name": Lazy(is_algo_name, lambda: "a registered RL algorithm (dreamgym_pl/policy/algos)", "a2c"),
     "algo.group_size": POS_INT,
     "algo.clip_low": number(0, 1, lo_open=True, hi_open=True),
     "algo.clip_high": POS,
@@ -281,7 +175,7 @@ RULES: dict[str, Rule] = {
     "algo.vf_clip": nullable(POS),
     "algo.critic_lr": POS,
     # ----- env (conf/env; each env defines its own subset) -------------------------------------
-    "env.name": Lazy(_env_name, lambda: f"one of {__import__('dreamgym_pl.envs.base', fromlist=['x']).known_envs()}",
+    "env.name": Lazy(is_env_name, lambda: f"one of {__import__('dreamgym_pl.envs.base', fromlist=['x']).known_envs()}",
                      "nope"),
     "env.max_steps": POS_INT,
     "env.show_instruction": BOOL,
@@ -302,7 +196,7 @@ RULES: dict[str, Rule] = {
     "env.train_split": one_of("train", "valid_seen", "valid_unseen"),
     "env.test_split": one_of("train", "valid_seen", "valid_unseen"),
     "env.data_dir": nullable(TEXT),
-    "env.tasks": Rule(lambda v: v is None or _str_list(v), "null or a list of task names", "click-button"),
+    "env.tasks": Rule(lambda v: v is None or is_str_list(v), "null or a list of task names", "click-button"),
     "env.train_seeds": POS_INT,
     "env.test_seeds": POS_INT,
     "env.timeout_ms": POS_INT,
@@ -331,12 +225,12 @@ RULES: dict[str, Rule] = {
     "model.lora.r": POS_INT,
     "model.lora.alpha": POS,
     "model.lora.dropout": number(0, 1, hi_open=True),
-    "model.lora.target_modules": Rule(lambda v: _str_list(v) and len(v) > 0, "a non-empty list of module names", []),
+    "model.lora.target_modules": Rule(lambda v: is_str_list(v) and len(v) > 0, "a non-empty list of module names", []),
     # ----- trainer (conf/trainer) --------------------------------------------------------------
     "trainer.accelerator": one_of("cpu", "gpu", "cuda", "auto", "mps", "tpu"),
-    "trainer.devices": Rule(_devices, "an integer > 0 (or -1), 'auto' or a list of device ids", 0),
+    "trainer.devices": Rule(is_devices, "an integer > 0 (or -1), 'auto' or a list of device ids", 0),
     "trainer.num_nodes": POS_INT,
-    "trainer.strategy": Rule(_strategy, "a strategy name (auto, ddp, ...) or a mapping with _target_", ""),
+    "trainer.strategy": Rule(is_strategy, "a strategy name (auto, ddp, ...) or a mapping with _target_", ""),
     "trainer.strategy._target_": TEXT,
     "trainer.strategy.stage": one_of(1, 2, 3),
     "trainer.strategy.offload_optimizer": BOOL,

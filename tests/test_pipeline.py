@@ -91,7 +91,9 @@ def test_s2r_pipeline_tiny(tmp_path):
     assert len((tmp_path / "offline" / "outcome_transitions.jsonl").read_text().splitlines()) == \
         m["experience/outcome_real_transitions"]
     assert m["experience/outcome_example_successes"] < m["experience/outcome_examples"]
-    assert (tmp_path / "checkpoints" / "outcome" / "outcome.json").exists()
+    saved = json.loads((tmp_path / "checkpoints" / "outcome" / "outcome.json").read_text())["metrics"]
+    for k in ("experience/outcome_real_transitions", "experience/outcome_real_resets"):  # a copied model counts them
+        assert saved[k] == m[k]
     assert m["experience/outcome_heldout_n"] > 0 and 0.0 <= m["experience/outcome_heldout_accuracy"] <= 1.0
     assert not any("onpolicy_onpolicy" in k for k in m)  # the on-policy outcome verdicts: experience/onpolicy_outcome_*
     hist = json.loads((tmp_path / "history" / "synthetic_rl.json").read_text())  # every iteration's GRPO-signal share

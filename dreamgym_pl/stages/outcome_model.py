@@ -79,7 +79,8 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
         with reading(path / "outcome.json", "rerun with resume=false"):
             saved = json.loads((path / "outcome.json").read_text())["metrics"]
         return load_outcome_model(run, path), saved
-    ex = outcome_examples(list(trajs) + outcome_episodes(run, trajs))
+    played = outcome_episodes(run, trajs)
+    ex = outcome_examples(list(trajs) + played)
     if not ex:
         log.warning("experience: no episode endings in the offline data: the outcome model is not trained and "
                     "the experience model's own rewards are used")
@@ -100,6 +101,9 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
     res = {"experience/outcome_steps": float(len(losses)), "experience/outcome_examples": float(len(ex)),
            "experience/outcome_example_successes": float(sum(x.success for x in ex)),
            "experience/outcome_seconds": time.time() - t0}
+    if played:  # saved with the model: a run that loads a copied one still counts the real steps it was trained on
+        res.update({"experience/outcome_real_transitions": float(sum(len(t.transitions) for t in played)),
+                    "experience/outcome_real_resets": float(len(played))})
     if losses:
         tail = losses[-min(20, len(losses)):]
         res["experience/outcome_final_loss"] = sum(tail) / len(tail)

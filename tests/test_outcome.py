@@ -128,3 +128,12 @@ def test_outcome_model_trains_saves_and_loads(tmp_path):
     assert flat(again([(e.instruction, e.state, e.action) for e in ex])) == pytest.approx(flat(after), abs=1e-5)
     with pytest.raises(ValueError, match="outcome_freeze_layers"):
         OutcomeModel(freeze_layers=7)
+
+
+def test_played_counts_by_hand():
+    """What the outcome model's own episodes add to the real budget (saved with the model, so a copied one counts)."""
+    from dreamgym_pl.stages.outcome_model import played_counts
+
+    played = [_traj("a", ["search[x]", "click[b]", "click[buy now]"], 1.0), _traj("b", ["click[buy now]"], 0.0)]
+    assert played_counts(played) == {"experience/outcome_real_transitions": 4.0, "experience/outcome_real_resets": 2.0}
+    assert played_counts([]) == {"experience/outcome_real_transitions": 0.0, "experience/outcome_real_resets": 0.0}

@@ -36,6 +36,12 @@ def report(model: Any, trajs: Sequence, prefix: str) -> dict[str, float]:
     return {f"{prefix}_{k}": v for k, v in res.items() if math.isfinite(v)}
 
 
+def played_counts(played: Sequence) -> dict[str, float]:
+    """The real steps and resets of the outcome model's own episodes (in budget/real_transitions, _resets)."""
+    return {"experience/outcome_real_transitions": float(sum(len(t.transitions) for t in played)),
+            "experience/outcome_real_resets": float(len(played))}
+
+
 def outcome_episodes(run: Run, trajs: Sequence) -> list:
     """`experience.outcome_agents` (scripted agent -> episodes): episodes played for the outcome model only, on the
     tasks of `trajs` (the experience stage's training split, so held-out tasks stay unseen) -> offline/
@@ -58,8 +64,7 @@ def outcome_episodes(run: Run, trajs: Sequence) -> list:
         if dist.is_main():
             write_jsonl(path, [st for t in out for st in t.transitions])
         dist.barrier()
-    run.record({"experience/outcome_real_transitions": sum(len(t.transitions) for t in out),
-                "experience/outcome_real_resets": len(out)})
+    run.record(played_counts(out))
     return out
 
 
@@ -102,8 +107,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
            "experience/outcome_example_successes": float(sum(x.success for x in ex)),
            "experience/outcome_seconds": time.time() - t0}
     if played:  # saved with the model: a run that loads a copied one still counts the real steps it was trained on
-        res.update({"experience/outcome_real_transitions": float(sum(len(t.transitions) for t in played)),
-                    "experience/outcome_real_resets": float(len(played))})
+        res.update(played_counts(played))
     if losses:
         tail = losses[-min(20, len(losses)):]
         res["experience/outcome_final_loss"] = sum(tail) / len(tail)

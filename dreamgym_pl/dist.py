@@ -6,6 +6,7 @@ Without a process group (one process) every helper is the identity, so single-pr
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any, Mapping, Sequence
 
@@ -75,9 +76,19 @@ def init_from_env(accelerator: str = "cpu", expected_world: int | None = None) -
         return False
     backend = "nccl" if accelerator in ("gpu", "cuda") and torch.cuda.is_available() else "gloo"
     tdist.init_process_group(backend=backend)
+    atexit.register(shutdown)  # a group left to the interpreter's teardown can abort a finished run (SIGABRT)
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     return True
+
+
+def shutdown() -> None:
+    """Destroy the process group this process joined, if any. Registered at exit by `init_from_env`: without it,
+    gloo's worker threads are torn down by C++ static destructors and a run that finished its work can die with
+    "terminate called without an active exception" (seen in 2 of 15 two-process runs). Lightning registers the
+    same for the groups it creates itself (NCCL only); the pipeline's group is created before Lightning sees it."""
+    if initialized():
+        tdist.destroy_process_group()
 
 
 def barrier() -> None:

@@ -41,3 +41,18 @@ def test_missing_file(tmp_path):
 def test_group_trajectories():
     trajs = group_trajectories([_tr(0), _tr(1, True), _tr(0, ep="e1"), _tr(1, ep="e1")])
     assert [len(t.transitions) for t in trajs] == [2, 2]
+
+
+def test_to_dict_equals_asdict_and_copies_containers():
+    import dataclasses
+
+    from dreamgym_pl.core import Trajectory, to_dict
+
+    t = _tr(0)
+    t.info = {"episode": "e0", "nested": {"ids": [1, 2, (3, "x")], "ok": True, "none": None}, "pair": (0.5, [1])}
+    for obj in (t, Trajectory(task=t.task, transitions=[t, _tr(1, done=True)]), t.task, t.state):
+        assert to_dict(obj) == dataclasses.asdict(obj)
+    d = to_dict(t)
+    d["info"]["nested"]["ids"].append(9)  # the result shares no container with the transition
+    d["state"]["admissible"].append("x")
+    assert t.info["nested"]["ids"] == [1, 2, (3, "x")] and t.state.admissible == ["click[a]"]

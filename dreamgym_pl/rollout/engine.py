@@ -72,17 +72,21 @@ class HFEngine:
         if was_training:
             model.train()
         outs = []
+        pad, eos = tok.pad_token_id, tok.eos_token_id  # read once: each read is a vocabulary lookup in transformers
+
+        def dec(x: list[int]) -> str:
+            return tok.decode([t for t in x if t != eos], skip_special_tokens=True)
+
         for row, lp in zip(seqs.tolist(), logp.tolist()):
             ids, lps = [], []
             for t, l in zip(row, lp):
-                if t == tok.pad_token_id and tok.pad_token_id != tok.eos_token_id:
+                if t == pad and pad != eos:
                     break
                 ids.append(t)
                 lps.append(l)
-                if t == tok.eos_token_id:
+                if t == eos:
                     break
             self.generated_tokens += len(ids)  # all tokens generated, including those past the stop
-            dec = lambda x: tok.decode([t for t in x if t != tok.eos_token_id], skip_special_tokens=True)  # noqa: E731
             if params.stop:  # generation ran on past the stop string: keep the tokens that made the text
                 n = tokens_through_stop(ids, dec, params.stop)
                 ids, lps = ids[:n], lps[:n]

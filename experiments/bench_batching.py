@@ -65,14 +65,10 @@ def micro_step_seconds(model, parts: list[dict]) -> float:
 
 
 def micro_backward(model, parts: list[dict]) -> None:
-    from dreamgym_pl.policy import losses
-    from dreamgym_pl.policy.samples import causal_attention_mask
-
+    """Each part's `target_loss` (its own token mean) weighted by its share of the batch's target tokens."""
     total = sum(float(p["loss_mask"].sum()) for p in parts)
     for p in parts:
-        out = model(input_ids=p["input_ids"], attention_mask=causal_attention_mask(p["attention_mask"]),
-                    use_cache=False)
-        (-(losses.token_logprobs(out.logits, p["input_ids"]) * p["loss_mask"]).sum() / total).backward()
+        (target_loss(model, p) * (float(p["loss_mask"].sum()) / total)).backward()
 
 
 def compare_micro(name: str, model, samples: list, batch_size: int, micro: int, steps: int, pad_id: int,

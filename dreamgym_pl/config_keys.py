@@ -29,6 +29,7 @@ RULES: dict[str, Rule] = {
     "checkpoint_every": POS_INT,
     "checkpoint_steps": POS_INT,
     "group_batches": NONNEG_INT,
+    "micro_batches": POS_INT,
     "offline_file": FILE,
     # ----- collect / sft / dpo -----------------------------------------------------------------
     "collect.agents.*": NONNEG_INT,

@@ -11,12 +11,12 @@ Each kind times `--steps` forward+backward passes of each order (the first batch
 first) on a model of the run's `model=tiny` size and prints mean seconds per step and the ratio reference /
 grouped. The number of steps a stage takes is fixed (`max_steps`), so the ratio is the stage's training speed-up.
 
-With `--micro N` each kind also times the same random batches whole (the reference) and as N length-sorted
-micro-batches with accumulated gradients (the batch's samples and loss unchanged: each part's token log-prob sum is
-divided by the whole batch's token count), alternating step by step, and prints the ratio, the token cells (padded
-positions included) of each, and how far the first batch's gradients differ (floating-point rounding only).
+With `--micro N` each kind also times the same random batches whole (the reference) and with `micro_batches=N`
+as the stages compute it (`dreamgym_pl/policy/micro.py`: N length-sorted parts, the batch's samples and loss
+unchanged), alternating step by step, and prints the ratio, the token cells (padded positions included) of each,
+and how far the first batch's gradients differ (floating-point rounding only).
 
-    python experiments/bench_batching.py --run-dir D [--group-batches 8] [--steps 40] [--experience] [--micro 4]
+    python experiments/bench_batching.py --run-dir D [--group-batches 8] [--steps 40] [--experience] [--micro 2 4 8]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
 from dreamgym_pl.policy.batching import length_grouped_order, padding_share, sample_lengths  # noqa: E402
+from dreamgym_pl.policy.micro import split_rows  # noqa: E402
 from dreamgym_pl.policy.samples import collate  # noqa: E402
 from dreamgym_pl.stages.sft import clone_set  # noqa: E402
 
@@ -47,53 +48,36 @@ def step_seconds(model, batch) -> float:
     return time.perf_counter() - t0
 
 
-def micro_batches(samples: list, micro: int, pad_id: int) -> list[dict]:
-    """One batch's samples sorted by length and cut into `micro` contiguous micro-batches, each padded to its own
-    longest sample: the batch's samples and loss unchanged, less padding."""
-    order = sorted(samples, key=lambda x: len(x.prompt_ids) + len(x.response_ids))
-    size = -(-len(order) // micro)
-    return [collate(order[i:i + size], pad_id) for i in range(0, len(order), size)]
-
-
-def micro_step_seconds(model, parts: list[dict]) -> float:
-    """A forward+backward pass of the whole batch's loss (the mean over all its target tokens), one micro-batch at a
-    time with gradients accumulated: each part's token log-prob sum is divided by the whole batch's token count."""
+def micro_step_seconds(model, batch, micro: int) -> float:
+    """A forward+backward pass of the batch's loss as the stages compute it with `micro_batches=micro`
+    (`dreamgym_pl/policy/micro.py`: length-sorted parts, one graph, the whole batch's token mean)."""
     t0 = time.perf_counter()
-    micro_backward(model, parts)
+    target_loss(model, batch, micro).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - t0
 
 
-def micro_backward(model, parts: list[dict]) -> None:
-    """Each part's `target_loss` (its own token mean) weighted by its share of the batch's target tokens."""
-    total = sum(float(p["loss_mask"].sum()) for p in parts)
-    for p in parts:
-        (target_loss(model, p) * (float(p["loss_mask"].sum()) / total)).backward()
-
-
 def compare_micro(name: str, model, samples: list, batch_size: int, micro: int, steps: int, pad_id: int,
                   seed: int) -> None:
-    """Random batches, whole (the reference) and as `micro` length-sorted micro-batches, alternating step by step;
+    """Random batches, whole (the reference) and with `micro` length-sorted micro-batches, alternating step by step;
     the gradients of the first batch compared (largest difference relative to the largest gradient)."""
     lengths = sample_lengths(samples)
     order = length_grouped_order(lengths, batch_size, 0, random.Random(seed))
-    chunks = [[samples[i] for i in order[j:j + batch_size]]
-              for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
-    whole = [collate(c, pad_id) for c in chunks]
-    parts = [micro_batches(c, micro, pad_id) for c in chunks]
+    whole = [collate([samples[i] for i in order[j:j + batch_size]], pad_id)
+             for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
     target_loss(model, whole[0]).backward()
     ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)
-    micro_backward(model, parts[0])
+    target_loss(model, whole[0], micro).backward()
     diff = max(float((p.grad - r).abs().max()) for p, r in zip(model.parameters(), ref))
     scale = max(float(r.abs().max()) for r in ref)
     model.zero_grad(set_to_none=True)
     times: dict[str, list[float]] = {"whole": [], "micro": []}
-    for i in range(1, len(chunks)):
-        times["whole"].append(step_seconds(model, whole[i]))
-        times["micro"].append(micro_step_seconds(model, parts[i]))
+    for b in whole[1:]:
+        times["whole"].append(micro_step_seconds(model, b, 1))
+        times["micro"].append(micro_step_seconds(model, b, micro))
     cells = {"whole": sum(int(b["input_ids"].numel()) for b in whole[1:]),
-             "micro": sum(int(b["input_ids"].numel()) for ps in parts[1:] for b in ps)}
+             "micro": sum(int(p["input_ids"].numel()) for b in whole[1:] for p in split_rows(b, micro))}
     mean = {k: statistics.mean(v) for k, v in times.items()}
     for k in times:
         print(f"{name:10s} {k:8s} {mean[k]:.3f} s/step over {len(times[k])} steps, {cells[k]:,} token cells "
@@ -126,11 +110,11 @@ def compare(name: str, model, samples: list, batch_size: int, group_batches: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--group-batches", type=int, default=8)
+    ap.add_argument("--group-batches", type=int, default=8, help="0: skip the grouped order's comparison")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--experience", action="store_true", help="also the experience stage's samples (needs replay/)")
-    ap.add_argument("--micro", type=int, default=0,
-                    help="also time each random batch as N length-sorted micro-batches with accumulated gradients")
+    ap.add_argument("--micro", type=int, nargs="*", default=[],
+                    help="also time each random batch with micro_batches=N (policy/micro.py), for each N given")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -154,17 +138,19 @@ def main() -> None:
     pool, sep = copy_pool(tok, trajs, ACTION_CUE)
     copies = copy_examples(pool, (args.steps + 1) * c.batch_size * max(1, args.group_batches), 4, c.copy_length, sep,
                            tok.eos_token_id, random.Random(args.seed))
-    compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
-    if args.micro > 1:
-        compare_micro("copy", model, copies, c.batch_size, args.micro, args.steps, tok.pad_token_id, args.seed)
+    if args.group_batches > 0:
+        compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
+    for n in args.micro:
+        compare_micro("copy", model, copies, c.batch_size, n, args.steps, tok.pad_token_id, args.seed)
 
     good = clone_set(trajs, c.source, c.get("min_score"), c.num_trajectories)
     mixed = mixed_copy_examples(tok, trajs, c.copy_examples, c.copy_length, ACTION_CUE, args.seed)
     samples = list(sft_loader(good, tok, PromptConfig(**OmegaConf.to_container(cfg.prompt)), c.batch_size,
                               extra=mixed).dataset)
-    compare("sft", model, samples, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
-    if args.micro > 1:
-        compare_micro("sft", model, samples, c.batch_size, args.micro, args.steps, tok.pad_token_id, args.seed)
+    if args.group_batches > 0:
+        compare("sft", model, samples, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
+    for n in args.micro:
+        compare_micro("sft", model, samples, c.batch_size, n, args.steps, tok.pad_token_id, args.seed)
 
     if args.experience:
         from dreamgym_pl.experience.module import experience_samples
@@ -177,10 +163,11 @@ def main() -> None:
         rng = random.Random(args.seed)
         picked = rng.sample(trajs, min(len(trajs), 300))
         samples = experience_samples(picked, tok, experience_format(SimpleNamespace(cfg=cfg)), buffer)
-        compare("experience", model, samples, cfg.experience.batch_size, args.group_batches, args.steps,
-                tok.pad_token_id, args.seed)
-        if args.micro > 1:
-            compare_micro("experience", model, samples, cfg.experience.batch_size, args.micro, args.steps,
+        if args.group_batches > 0:
+            compare("experience", model, samples, cfg.experience.batch_size, args.group_batches, args.steps,
+                    tok.pad_token_id, args.seed)
+        for n in args.micro:
+            compare_micro("experience", model, samples, cfg.experience.batch_size, n, args.steps,
                           tok.pad_token_id, args.seed)
 
 

@@ -26,8 +26,9 @@ from dreamgym_pl.replay.buffer import ReplayBuffer, transition_key
 
 class ExperienceModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, lr: float = 1e-3, weight_decay: float = 0.0, warmup_steps: int = 0,
-                 total_steps: int = 0):
+                 total_steps: int = 0, micro_batches: int = 1):
         super().__init__()
+        self.micro_batches = micro_batches  # length-sorted parts per batch (policy/micro.py)
         self.model = model.train()
         self.warmup_steps, self.total_steps = warmup_steps, total_steps
         self.tokenizer = tokenizer
@@ -35,7 +36,7 @@ class ExperienceModule(L.LightningModule):
         self.weight_decay = weight_decay
 
     def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return target_loss(self.model, batch)
+        return target_loss(self.model, batch, self.micro_batches)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from dreamgym_pl.policy import losses
+from dreamgym_pl.policy import losses, micro
 from dreamgym_pl.policy.samples import causal_attention_mask
 
 log = logging.getLogger("dreamgym_pl")
@@ -20,17 +20,23 @@ def logits_target_loss(logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> 
     return -losses.masked_mean(losses.token_logprobs(logits, batch["input_ids"]), batch["loss_mask"])
 
 
-def target_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """`logits_target_loss` of `model` on the batch."""
-    out = model(input_ids=batch["input_ids"], attention_mask=causal_attention_mask(batch["attention_mask"]),
-                use_cache=False)
-    return logits_target_loss(out.logits, batch)
+def target_loss(model: Any, batch: dict[str, torch.Tensor], micro_batches: int = 1) -> torch.Tensor:
+    """`logits_target_loss` of `model` on the batch, computed over `micro_batches` length-sorted parts of it
+    (`policy/micro.py`: the same loss up to rounding, fewer padded cells)."""
+
+    def logprobs(b: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = model(input_ids=b["input_ids"], attention_mask=causal_attention_mask(b["attention_mask"]), use_cache=False)
+        return losses.token_logprobs(out.logits, b["input_ids"])
+
+    return micro.token_nll(batch, logprobs, micro_batches)
 
 
 def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr: float, warmup_steps: int = 0,
-                grad_clip: float | None = None, what: str = "training", log_every: int = 0) -> list[float]:
-    """`steps` AdamW steps of `model` on the next `steps` batches (moved to the model's device), the learning rate
-    rising linearly over `warmup_steps` then constant; returns every step's loss. A non-finite loss raises
+                grad_clip: float | None = None, what: str = "training", log_every: int = 0,
+                micro_batches: int = 1) -> list[float]:
+    """`steps` AdamW steps of `model` on the next `steps` batches (moved to the model's device; each step's loss over
+    `micro_batches` length-sorted parts: `target_loss`), the learning rate rising linearly over `warmup_steps` then
+    constant; returns every step's loss. A non-finite loss raises
     FloatingPointError naming `what`. The model's train/eval mode is left as it was."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -43,7 +49,7 @@ def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: i
             batch = {k: v.to(device) for k, v in next(batches).items()}
             for g in opt.param_groups:
                 g["lr"] = lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
-            loss = target_loss(model, batch)
+            loss = target_loss(model, batch, micro_batches)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss ({float(loss)}) at step {step} of {what}")
             opt.zero_grad(set_to_none=True)

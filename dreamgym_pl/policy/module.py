@@ -20,15 +20,17 @@ import lightning as L
 import torch
 
 from dreamgym_pl.models import add_reference_adapter, is_peft, reference_adapter
-from dreamgym_pl.policy import losses
+from dreamgym_pl.policy import losses, micro
 from dreamgym_pl.policy.algos.base import Objective
 from dreamgym_pl.policy.samples import causal_attention_mask
 
 
 class PolicyModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, objective: Objective, lr: float, weight_decay: float = 0.0,
-                 warmup_steps: int = 0, total_steps: int = 0, ref_model: Any | None = None):
+                 warmup_steps: int = 0, total_steps: int = 0, ref_model: Any | None = None, micro_batches: int = 1):
         super().__init__()
+        # length-sorted parts per batch for token-mean objectives (sft: policy/micro.py); the others take it whole
+        self.micro_batches = micro_batches if objective.token_nll else 1
         self.model = model.train()
         self.tokenizer = tokenizer
         self.objective = objective
@@ -88,9 +90,14 @@ class PolicyModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        out = self._forward(self.model, batch, hidden=self.objective.needs_hidden)
-        logp = self._logprobs(out.logits, batch["input_ids"])
-        loss, logs = self.objective.loss(self, batch, out, logp)
+        if self.micro_batches > 1:
+            loss = micro.token_nll(batch, lambda b: self._logprobs(self._forward(self.model, b).logits, b["input_ids"]),
+                                   self.micro_batches)
+            logs = {f"losses/{self.objective.name}": loss.detach()}
+        else:
+            out = self._forward(self.model, batch, hidden=self.objective.needs_hidden)
+            logp = self._logprobs(out.logits, batch["input_ids"])
+            loss, logs = self.objective.loss(self, batch, out, logp)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite {self.objective.name} loss ({float(loss)}) at step {self.global_step}")
         self.train_tokens += int(batch["attention_mask"].sum())

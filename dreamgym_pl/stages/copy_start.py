@@ -61,7 +61,8 @@ def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, ste
     pool, sep = copy_pool(tok, trajs, sep_text)
     t0 = time.time()
     losses = copy_warmup(model, pool, steps, batch_size, lr, max_len, sep, tok.eos_token_id, tok.pad_token_id, seed,
-                         warmup_steps, grad_clip, log_every=250, what=f"{stage}: the copy warm start")
+                         warmup_steps, grad_clip, log_every=250, what=f"{stage}: the copy warm start",
+                         micro_batches=run.cfg.micro_batches)
     tail = losses[-min(50, len(losses)):]
     res = {f"{stage}/copy_loss": sum(tail) / len(tail), f"{stage}/copy_seconds": time.time() - t0}
     if dist.is_main():

@@ -99,7 +99,7 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     e = run.cfg.experience
     t0 = time.time()
     res = ending_phase(model, tok, trajs, fmt, buffer, regular, e.ending_steps, e.ending_lr, e.batch_size,
-                       run.cfg.seed + 5, e.grad_clip, e.warmup_steps)
+                       run.cfg.seed + 5, e.grad_clip, e.warmup_steps, run.cfg.micro_batches)
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 
@@ -238,7 +238,8 @@ def run_stage(run: Run) -> None:
                     "tokens, p95 %d): their generations are cut before <reward>/<done> and count as invalid; "
                     "raise experience.max_new_tokens", 100 * lengths["over_share"], e.max_new_tokens,
                     lengths["max_len"], lengths["p95_len"])
-    module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps)
+    module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps,
+                              micro_batches=run.cfg.micro_batches)
     by_steps = e.max_steps > 0
     fit(run, "experience", module, train_dl, val_dl, max_steps=e.max_steps, epochs=e.epochs, gradient_clip_val=e.grad_clip,
         val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,

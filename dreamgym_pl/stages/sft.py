@@ -39,7 +39,8 @@ def run_stage(run: Run) -> None:
     trajs = sft_trajectories(run)
     loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed, extra=copies,
                         group_batches=run.cfg.group_batches)
-    module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps)
+    module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps,
+                          micro_batches=run.cfg.micro_batches)
     fit(run, "sft", module, loader, max_steps=c.max_steps, epochs=c.epochs, gradient_clip_val=c.grad_clip)
     finish_policy_stage(run, "sft", module, {**copy_res, "sft/trajectories": len(trajs),
                                            "sft/samples": len(loader.dataset) - len(copies),

@@ -180,7 +180,7 @@ def make_refresh(run: Run, algo: RLAlgorithm, module: Any, meter: EnvMeter, expe
     def learn(trajs: list, iteration: int) -> list[float]:
         losses = finetune(model, tok, trajs, experience_format(run), buffer, e.refresh_steps, e.refresh_lr,
                           e.batch_size, refresh_rng(run.cfg.seed, iteration).randrange(2 ** 62), e.grad_clip,
-                          e.terminal_repeat)
+                          e.terminal_repeat, run.cfg.micro_batches)
         run.engine_for("experience", model, tok)  # the synthetic env's engine generates from the new weights
         return losses
 

@@ -30,6 +30,8 @@ class Objective:
     needs_hidden = False      # the forward pass returns hidden states (value head)
     critic_lr = 0.0
     logit_temperature = 1.0   # the loss scores softmax(logits / this): the distribution the samples came from
+    token_nll = False         # the loss is the mean negative log-prob of the batch's target tokens (loss_mask), so
+                              # PolicyModule may compute it over length-sorted micro-batches (policy/micro.py)
 
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:

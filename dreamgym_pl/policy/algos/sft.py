@@ -18,6 +18,7 @@ from dreamgym_pl.rollout.prompts import PromptConfig
 
 class SFT(Objective):
     name = "sft"
+    token_nll = True  # PolicyModule's micro-batched path computes this same loss (policy/micro.py)
 
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -1,0 +1,115 @@
+import pytest
+import torch
+
+from dreamgym_pl.policy import losses
+from dreamgym_pl.policy.micro import split_rows, token_nll
+from dreamgym_pl.policy.samples import StepSample, collate
+
+
+def hand_batch():
+    # rows of 3, 1, 4 and 2 tokens; prompts of 2, 1, 2, 1 tokens, so targets of 1, 0, 2, 1 tokens
+    samples = [StepSample([5, 6], [7], scalars={"adv": 0.0}), StepSample([5], [], scalars={"adv": 1.0}),
+               StepSample([5, 6], [7, 8], scalars={"adv": 2.0}), StepSample([9], [7], scalars={"adv": 3.0})]
+    return collate(samples, pad_id=0)
+
+
+def test_split_rows_sorts_by_length_and_cuts_each_part_to_its_longest_row():
+    b = hand_batch()
+    b["step"] = torch.tensor(7)  # a scalar rides along whole
+    p1, p2 = split_rows(b, 2)
+    assert p1["input_ids"].tolist() == [[5, 0], [9, 7]]  # rows 1 (1 token) and 3 (2 tokens)
+    assert p1["attention_mask"].tolist() == [[1, 0], [1, 1]]
+    assert p1["loss_mask"].tolist() == [[0.0], [1.0]]
+    assert p1["adv"].tolist() == [1.0, 3.0] and p1["prompt_last"].tolist() == [0, 0]
+    assert p2["input_ids"].tolist() == [[5, 6, 7, 0], [5, 6, 7, 8]]  # rows 0 and 2
+    assert p2["loss_mask"].tolist() == [[0.0, 1.0, 0.0], [0.0, 1.0, 1.0]]
+    assert p2["adv"].tolist() == [0.0, 2.0] and int(p2["step"]) == 7
+    # every target token lands in exactly one part
+    assert sum(float(p["loss_mask"].sum()) for p in (p1, p2)) == float(b["loss_mask"].sum()) == 4.0
+
+
+def test_split_rows_with_more_parts_than_rows_and_one_part():
+    b = hand_batch()
+    assert [p["input_ids"].shape for p in split_rows(b, 9)] == [(1, 1), (1, 2), (1, 3), (1, 4)]
+    (whole,) = split_rows(b, 1)
+    assert whole["input_ids"].shape == b["input_ids"].shape
+    with pytest.raises(ValueError, match="micro_batches must be >= 1"):
+        split_rows(b, 0)
+
+
+def test_split_rows_refuses_left_padding():
+    b = hand_batch()
+    b["attention_mask"] = b["attention_mask"].flip(1)
+    with pytest.raises(ValueError, match="right-padded"):
+        split_rows(b, 2)
+
+
+class TokenTable(torch.nn.Module):
+    """Logits at position t are a learned row of the token at t: a causal model whose rows do not interact."""
+
+    def __init__(self, vocab=10, seed=0):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(seed)))
+
+    def logprobs(self, b):
+        return losses.token_logprobs(self.table[b["input_ids"]], b["input_ids"])
+
+
+def test_token_nll_is_the_batch_token_mean_whatever_the_parts():
+    m, b = TokenTable(), hand_batch()
+    whole = -losses.masked_mean(m.logprobs(b), b["loss_mask"])
+    assert torch.equal(token_nll(b, m.logprobs, 1), whole)  # one part: the same operations, the same bits
+    for parts in (2, 3, 4):
+        assert float(token_nll(b, m.logprobs, parts)) == pytest.approx(float(whole), rel=1e-6)
+    # the mean of the parts' own means is another number: the weighting by target tokens matters
+    part_means = [-losses.masked_mean(m.logprobs(p), p["loss_mask"]) for p in split_rows(b, 2)]
+    assert abs(float(sum(part_means)) / 2 - float(whole)) > 1e-3
+
+
+def test_token_nll_gradients_match_the_whole_batch():
+    m, b = TokenTable(), hand_batch()
+    token_nll(b, m.logprobs, 1).backward()
+    ref = m.table.grad.clone()
+    m.table.grad = None
+    token_nll(b, m.logprobs, 3).backward()
+    assert torch.allclose(m.table.grad, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_target_loss_of_a_tiny_llama_with_micro_batches(tmp_path):
+    from dreamgym_pl.experience.train_steps import target_loss
+    from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
+
+    tok = train_word_tokenizer(["search buy now click item red blue shoes size price under dollars"] * 3,
+                               vocab_size=64)
+    model = build_tiny_llama(tok, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64)
+    g = torch.Generator().manual_seed(1)
+    v = len(tok)
+    samples = [StepSample(torch.randint(4, v, (n,), generator=g).tolist(),
+                          torch.randint(4, v, (k,), generator=g).tolist())
+               for n, k in [(9, 2), (3, 1), (15, 4), (5, 3), (7, 1), (2, 2)]]
+    b = collate(samples, tok.pad_token_id)
+    whole = target_loss(model, b)
+    whole.backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    micro = target_loss(model, b, 3)
+    micro.backward()
+    assert float(micro) == pytest.approx(float(whole), rel=1e-5)
+    for p, r in zip(model.parameters(), ref):
+        assert torch.allclose(p.grad, r, rtol=1e-4, atol=1e-6)
+
+
+def test_policy_module_micro_batches_sft_only():
+    from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
+    from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
+    from dreamgym_pl.policy.algos.sft import SFT
+    from dreamgym_pl.policy.module import PolicyModule
+
+    tok = train_word_tokenizer(["search buy now click item red blue shoes"] * 3, vocab_size=64)
+    model = build_tiny_llama(tok, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64)
+    assert PolicyModule(model, tok, GRPO(GRPOConfig()), lr=1e-3, micro_batches=4).micro_batches == 1
+    whole, micro = (PolicyModule(model, tok, SFT(), lr=1e-3, micro_batches=n) for n in (1, 4))
+    b = collate([StepSample([4, 5, 6, 7, 8], [9]), StepSample([4], [5, 6]), StepSample([7, 8], [4, 5, 6]),
+                 StepSample([9, 9, 9], [4])], tok.pad_token_id)
+    assert micro.micro_batches == 4
+    assert float(micro.training_step(b, 0)) == pytest.approx(float(whole.training_step(b, 0)), rel=1e-5)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from dreamgym_pl.policy import losses
-from dreamgym_pl.policy.micro import split_rows, token_nll
+from dreamgym_pl.policy.micro import rowwise, split_rows, token_weighted
 from dreamgym_pl.policy.samples import StepSample, collate
 
 
@@ -55,24 +55,46 @@ class TokenTable(torch.nn.Module):
         return losses.token_logprobs(self.table[b["input_ids"]], b["input_ids"])
 
 
-def test_token_nll_is_the_batch_token_mean_whatever_the_parts():
+def nll(m):
+    def part(b):
+        logp = m.logprobs(b)
+        return -losses.masked_mean(logp, b["loss_mask"]), {"mean_logp": losses.masked_mean(logp, b["loss_mask"])}
+    return part
+
+
+def test_token_weighted_is_the_batch_token_mean_whatever_the_parts():
     m, b = TokenTable(), hand_batch()
-    whole = -losses.masked_mean(m.logprobs(b), b["loss_mask"])
-    assert torch.equal(token_nll(b, m.logprobs, 1), whole)  # one part: the same operations, the same bits
+    whole, logs = token_weighted(b, 1, nll(m))
+    assert torch.equal(whole, -losses.masked_mean(m.logprobs(b), b["loss_mask"]))  # one part: the same bits
     for parts in (2, 3, 4):
-        assert float(token_nll(b, m.logprobs, parts)) == pytest.approx(float(whole), rel=1e-6)
+        loss, plogs = token_weighted(b, parts, nll(m))
+        assert float(loss) == pytest.approx(float(whole), rel=1e-6)
+        assert float(plogs["mean_logp"]) == pytest.approx(float(logs["mean_logp"]), rel=1e-6)
     # the mean of the parts' own means is another number: the weighting by target tokens matters
-    part_means = [-losses.masked_mean(m.logprobs(p), p["loss_mask"]) for p in split_rows(b, 2)]
+    part_means = [nll(m)(p)[0] for p in split_rows(b, 2)]
     assert abs(float(sum(part_means)) / 2 - float(whole)) > 1e-3
 
 
-def test_token_nll_gradients_match_the_whole_batch():
+def test_token_weighted_gradients_match_the_whole_batch():
     m, b = TokenTable(), hand_batch()
-    token_nll(b, m.logprobs, 1).backward()
+    token_weighted(b, 1, nll(m))[0].backward()
     ref = m.table.grad.clone()
     m.table.grad = None
-    token_nll(b, m.logprobs, 3).backward()
+    token_weighted(b, 3, nll(m))[0].backward()
     assert torch.allclose(m.table.grad, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_rowwise_puts_each_row_back_in_place():
+    m, b = TokenTable(), hand_batch()
+    whole = m.logprobs(b)
+    for parts in (2, 4):
+        got = rowwise(b, parts, m.logprobs)
+        assert got.shape == whole.shape
+        mask = b["loss_mask"].bool()  # every position a loss reads is the whole batch's value
+        assert torch.allclose(got[mask], whole[mask])
+        real = b["attention_mask"][:, 1:].bool()  # and every real token's
+        assert torch.allclose(got[real], whole[real])
+    assert torch.equal(rowwise(b, 1, m.logprobs), whole)
 
 
 def test_target_loss_of_a_tiny_llama_with_micro_batches(tmp_path):
@@ -99,7 +121,7 @@ def test_target_loss_of_a_tiny_llama_with_micro_batches(tmp_path):
         assert torch.allclose(p.grad, r, rtol=1e-4, atol=1e-6)
 
 
-def test_policy_module_micro_batches_sft_only():
+def test_policy_module_micro_batches_sft():
     from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
     from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
     from dreamgym_pl.policy.algos.sft import SFT
@@ -107,9 +129,41 @@ def test_policy_module_micro_batches_sft_only():
 
     tok = train_word_tokenizer(["search buy now click item red blue shoes"] * 3, vocab_size=64)
     model = build_tiny_llama(tok, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64)
-    assert PolicyModule(model, tok, GRPO(GRPOConfig()), lr=1e-3, micro_batches=4).micro_batches == 1
+    assert GRPO(GRPOConfig()).token_mean and not GRPO(GRPOConfig(agg="seq-mean")).token_mean
     whole, micro = (PolicyModule(model, tok, SFT(), lr=1e-3, micro_batches=n) for n in (1, 4))
     b = collate([StepSample([4, 5, 6, 7, 8], [9]), StepSample([4], [5, 6]), StepSample([7, 8], [4, 5, 6]),
                  StepSample([9, 9, 9], [4])], tok.pad_token_id)
     assert micro.micro_batches == 4
     assert float(micro.training_step(b, 0)) == pytest.approx(float(whole.training_step(b, 0)), rel=1e-5)
+
+
+def test_policy_module_micro_batches_grpo_loss_logs_and_old_logp():
+    from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
+    from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
+    from dreamgym_pl.policy.algos.ppo import PPO, PPOConfig
+    from dreamgym_pl.policy.module import PolicyModule
+
+    assert not PPO(PPOConfig()).token_mean  # its value loss is a mean over samples
+    tok = train_word_tokenizer(["search buy now click item red blue shoes"] * 3, vocab_size=64)
+    model = build_tiny_llama(tok, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64)
+    algo = GRPO(GRPOConfig(kl_coef=0.05, entropy_coef=0.01))
+    whole, parts = (PolicyModule(model, tok, algo, lr=1e-3, micro_batches=n) for n in (1, 3))
+    b = collate([StepSample([4, 5, 6, 7, 8], [9], scalars={"adv": 1.0}),
+                 StepSample([4], [5, 6], scalars={"adv": -0.5}),
+                 StepSample([7, 8], [4, 5, 6], scalars={"adv": 0.25}),
+                 StepSample([9, 9, 9], [4], scalars={"adv": -1.0})], tok.pad_token_id)
+    b["old_logp"] = parts.logprobs(b)
+    b["ref_logp"] = parts.logprobs(b, reference=True)
+    mask = b["loss_mask"].bool()
+    assert torch.allclose(b["old_logp"][mask], whole.logprobs(b)[mask], atol=1e-6)
+    with torch.no_grad():  # the trained model moves away from the old and reference policies
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    logged = {}
+    for name, m in (("whole", whole), ("parts", parts)):
+        m.log_dict = lambda d, **kw: logged.setdefault(name, {}).update(d)  # noqa: B023
+        m.log = lambda *a, **kw: None
+        logged.setdefault(name + "_loss", float(m.training_step(b, 0)))
+    assert logged["parts_loss"] == pytest.approx(logged["whole_loss"], rel=1e-5)
+    for k in ("losses/policy", "losses/kl", "losses/entropy", "losses/clip_frac"):
+        assert logged["parts"][k] == pytest.approx(logged["whole"][k], rel=1e-5, abs=1e-7), k

@@ -24,11 +24,11 @@ def target_loss(model: Any, batch: dict[str, torch.Tensor], micro_batches: int =
     """`logits_target_loss` of `model` on the batch, computed over `micro_batches` length-sorted parts of it
     (`policy/micro.py`: the same loss up to rounding, fewer padded cells)."""
 
-    def logprobs(b: dict[str, torch.Tensor]) -> torch.Tensor:
+    def part(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         out = model(input_ids=b["input_ids"], attention_mask=causal_attention_mask(b["attention_mask"]), use_cache=False)
-        return losses.token_logprobs(out.logits, b["input_ids"])
+        return logits_target_loss(out.logits, b), {}
 
-    return micro.token_nll(batch, logprobs, micro_batches)
+    return micro.token_weighted(batch, micro_batches, part)[0]
 
 
 def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr: float, warmup_steps: int = 0,

@@ -1,17 +1,19 @@
 """Length-sorted micro-batches of one right-padded batch (`micro_batches`: sft, the copy warm starts, the experience
-model).
+model, token-mean RL objectives).
 
 `collate` pads every row of a batch to its longest, and a forward/backward pass pays for the padding (copy warm start
 ~43% of its cells, SFT ~33%, experience model ~23%, README "Where `make run`'s time goes"). Sorting one batch's rows
 by length and cutting them into N contiguous parts, each cut to its own longest row, pays for fewer cells; the
 loss stays the batch's: the mean over all its target tokens = (sum of each part's target log-prob sums) / (the batch's
 target tokens), so the gradient is the whole batch's up to rounding. Unlike `group_batches` (batching.py), which
-batch a sample lands in does not change: the samples of a step stay a random draw.
+batch a sample lands in does not change: the samples of a step stay a random draw. Any loss that is a mean over
+the batch's target tokens splits the same way (`token_weighted`: sft, GRPO's token-mean surrogate, KL and entropy);
+per-row values without gradients (the RL stages' old and reference log-probs) split by `rowwise`.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -54,12 +56,41 @@ def split_rows(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, tor
     return out
 
 
-def token_nll(batch: dict[str, torch.Tensor], logprobs: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-              parts: int = 1) -> torch.Tensor:
-    """Mean negative log-probability of the batch's target tokens (`loss_mask`), `logprobs(batch)` giving the token
-    log-probs [B, T-1] of a batch: in one pass (parts <= 1) or summed over `split_rows(batch, parts)` and divided by
-    the batch's target tokens (one graph; one backward pass gives the accumulated gradient)."""
-    total = batch["loss_mask"].sum().clamp_min(1.0)
+def token_weighted(batch: dict[str, torch.Tensor], parts: int,
+                   part_loss: Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, Any]]]
+                   ) -> tuple[torch.Tensor, dict[str, Any]]:
+    """(loss, logs) of a loss whose value and logs are means over the batch's target tokens (`loss_mask`):
+    `part_loss(batch)` itself for parts <= 1, else the sum over `split_rows(batch, parts)` of each part's (loss, logs)
+    weighted by its share of the batch's target tokens (the whole batch's token mean up to rounding; one graph, so
+    one backward pass gives the accumulated gradient). A part without target tokens weighs 0."""
     if parts <= 1:
-        return -(logprobs(batch) * batch["loss_mask"]).sum() / total
-    return -sum((logprobs(p) * p["loss_mask"]).sum() for p in split_rows(batch, parts)) / total
+        return part_loss(batch)
+    total = batch["loss_mask"].sum().clamp_min(1.0)
+    loss: Any = 0.0
+    logs: dict[str, Any] = {}
+    for p in split_rows(batch, parts):
+        w = p["loss_mask"].sum() / total
+        part, part_logs = part_loss(p)
+        loss = loss + w * part
+        for k, v in part_logs.items():
+            logs[k] = logs.get(k, 0.0) + w * v
+    return loss, logs
+
+
+@torch.no_grad()
+def rowwise(batch: dict[str, torch.Tensor], parts: int,
+            fn: Callable[[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+    """`fn(batch)` ([B, T-1] per-token values of each row, e.g. token log-probs) computed over `split_rows(batch,
+    parts)` and put back in the batch's row order and width (0 past each part's width); `fn(batch)` for parts <= 1."""
+    if parts <= 1:
+        return fn(batch)
+    B, T = batch["input_ids"].shape
+    order = torch.sort(row_lengths(batch), stable=True).indices
+    size = -(-B // parts)
+    out = None
+    for start, p in zip(range(0, B, size), split_rows(batch, parts)):
+        v = fn(p)
+        if out is None:
+            out = v.new_zeros((B, T - 1) + tuple(v.shape[2:]))
+        out[order[start:start + size], :v.shape[1]] = v
+    return out

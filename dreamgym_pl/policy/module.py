@@ -29,8 +29,9 @@ class PolicyModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, objective: Objective, lr: float, weight_decay: float = 0.0,
                  warmup_steps: int = 0, total_steps: int = 0, ref_model: Any | None = None, micro_batches: int = 1):
         super().__init__()
-        # length-sorted parts per batch for token-mean objectives (sft: policy/micro.py); the others take it whole
-        self.micro_batches = micro_batches if objective.token_nll else 1
+        # length-sorted parts per batch (policy/micro.py): the loss of a token-mean objective (sft, token-mean GRPO) and
+        # the per-token log-probs computed without gradients; other objectives take their batches whole
+        self.micro_batches = micro_batches
         self.model = model.train()
         self.tokenizer = tokenizer
         self.objective = objective
@@ -74,8 +75,10 @@ class PolicyModule(L.LightningModule):
     def logprobs(self, batch: dict[str, torch.Tensor], reference: bool = False) -> torch.Tensor:
         if reference:
             with self._reference() as m:
-                return self._logprobs(self._forward(m, batch).logits, batch["input_ids"])
-        return self._logprobs(self._forward(self.model, batch).logits, batch["input_ids"])
+                return micro.rowwise(batch, self.micro_batches,
+                                     lambda b: self._logprobs(self._forward(m, b).logits, b["input_ids"]))
+        return micro.rowwise(batch, self.micro_batches,
+                             lambda b: self._logprobs(self._forward(self.model, b).logits, b["input_ids"]))
 
     def values_from_hidden(self, hidden: torch.Tensor, prompt_last: torch.Tensor) -> torch.Tensor:
         h = hidden[torch.arange(hidden.shape[0], device=hidden.device), prompt_last]
@@ -90,14 +93,11 @@ class PolicyModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self._t0 is None:
             self._t0 = time.perf_counter()
-        if self.micro_batches > 1:
-            loss = micro.token_nll(batch, lambda b: self._logprobs(self._forward(self.model, b).logits, b["input_ids"]),
-                                   self.micro_batches)
-            logs = {f"losses/{self.objective.name}": loss.detach()}
-        else:
-            out = self._forward(self.model, batch, hidden=self.objective.needs_hidden)
-            logp = self._logprobs(out.logits, batch["input_ids"])
-            loss, logs = self.objective.loss(self, batch, out, logp)
+        def part(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+            out = self._forward(self.model, b, hidden=self.objective.needs_hidden)
+            return self.objective.loss(self, b, out, self._logprobs(out.logits, b["input_ids"]))
+
+        loss, logs = micro.token_weighted(batch, self.micro_batches if self.objective.token_mean else 1, part)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite {self.objective.name} loss ({float(loss)}) at step {self.global_step}")
         self.train_tokens += int(batch["attention_mask"].sum())

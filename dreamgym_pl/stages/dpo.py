@@ -15,7 +15,7 @@ def run_stage(run: Run) -> None:
     pairs = dpo_pairs(run.offline_trajectories(), c.max_pairs, run.cfg.seed)
     if not pairs:
         raise RuntimeError("dpo: no (successful, failed) pairs of the same task in the offline data")
-    module = PolicyModule(model, tok, DPO(c.beta), lr=c.lr)
+    module = PolicyModule(model, tok, DPO(c.beta), lr=c.lr, micro_batches=run.cfg.micro_batches)
     loader = dpo_loader(pairs, module, run.prompt_cfg, c.batch_size, run.cfg.seed)
     fit(run, "dpo", module, loader, epochs=c.epochs)  # (the reference stays the starting policy on resume)
     finish_policy_stage(run, "dpo", module, {"dpo/pairs": len(pairs)})

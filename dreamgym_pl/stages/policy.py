@@ -135,7 +135,8 @@ def rl_module(run: Run, model: Any, tok: Any, algo: RLAlgorithm, state: dict | N
     # on resume the KL reference stays the stage's starting policy, not the checkpoint
     ref = run.load_policy()[0] if state and algo.needs_reference else None
     # a resumed stage gets the same schedule; RLCheckpoint restores its position (and the optimizer's state)
-    module = PolicyModule(model, tok, algo, lr=algo.cfg.lr, ref_model=ref, warmup_steps=algo.cfg.warmup_steps)
+    module = PolicyModule(model, tok, algo, lr=algo.cfg.lr, ref_model=ref, warmup_steps=algo.cfg.warmup_steps,
+                          micro_batches=run.cfg.micro_batches)
     if state and state.get("value_head") is not None and module.value_head is not None:
         module.value_head.load_state_dict(state["value_head"])
     return module

@@ -30,8 +30,8 @@ class Objective:
     needs_hidden = False      # the forward pass returns hidden states (value head)
     critic_lr = 0.0
     logit_temperature = 1.0   # the loss scores softmax(logits / this): the distribution the samples came from
-    token_nll = False         # the loss is the mean negative log-prob of the batch's target tokens (loss_mask), so
-                              # PolicyModule may compute it over length-sorted micro-batches (policy/micro.py)
+    token_mean = False        # loss and logs are means over the batch's target tokens (loss_mask), so PolicyModule
+                              # may compute them over length-sorted micro-batches (policy/micro.py)
 
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -103,6 +103,12 @@ class RLAlgorithm(Objective):
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.cfg.kl_coef > 0
+
+    @property
+    def token_mean(self) -> bool:  # type: ignore[override]
+        """The clipped surrogate, KL and entropy are each a mean over the batch's tokens under agg token-mean; a
+        value loss (a mean over samples) is not."""
+        return self.cfg.agg == "token-mean" and not self.needs_value_head
 
     @property
     def logit_temperature(self) -> float:  # type: ignore[override]

@@ -18,7 +18,7 @@ from dreamgym_pl.rollout.prompts import PromptConfig
 
 class SFT(Objective):
     name = "sft"
-    token_nll = True  # PolicyModule's micro-batched path computes this same loss (policy/micro.py)
+    token_mean = True  # a mean over the batch's target tokens: PolicyModule may split the batch (policy/micro.py)
 
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:

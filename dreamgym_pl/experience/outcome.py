@@ -76,6 +76,16 @@ def balanced_batches(labels: Sequence[bool], batch_size: int, steps: int, seed: 
             for _ in range(steps)]
 
 
+def length_parts(idx: Sequence[int], lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """The batch `idx` sorted by `lengths[i]` (ties in batch order) and cut into `parts` contiguous groups of
+    ceil(len / parts) indices (fewer when the batch is smaller): each group is padded to its own longest input."""
+    if parts < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {parts}")
+    order = sorted(idx, key=lambda i: lengths[i])
+    size = -(-len(order) // parts) if order else 1
+    return [order[k:k + size] for k in range(0, len(order), size)]
+
+
 def verdict(p_success: float, score: float) -> tuple[bool, float]:
     """(success, reward) of an ending: success at p >= SUCCESS_THRESHOLD, reward 1 then; else the predicted
     graded reward, which stays below 1 (a failed ending never pays a success)."""
@@ -155,6 +165,12 @@ class OutcomeModel:
     def parameters(self) -> list:
         return [p for p in self.encoder.parameters() if p.requires_grad] + list(self.head.parameters())
 
+    def lengths(self, items: Sequence[tuple[str, str, str]]) -> list[int]:
+        """Tokens of each item's input as `logits` reads it (truncated to `max_length`)."""
+        enc = self.tok([i for i, _, _ in items], [pair_text(s, a) for _, s, a in items], truncation=True,
+                       max_length=self.max_length)
+        return [len(x) for x in enc["input_ids"]]
+
     def logits(self, items: Sequence[tuple[str, str, str]]):
         enc = self.tok([i for i, _, _ in items], [pair_text(s, a) for _, s, a in items], padding=True,
                        truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
@@ -184,9 +200,12 @@ def pretrained_path() -> Path:
 
 def train_outcome_model(model: OutcomeModel, examples: Sequence[OutcomeExample], steps: int, batch_size: int,
                         lr: float, seed: int, warmup: float = 0.1, grad_clip: float = 1.0,
-                        progress: Callable[[int, float], None] | None = None) -> list[float]:
-    """AdamW on balanced batches: BCE on success + MSE on the sigmoid of the score output; linear warm-up over
-    `warmup` of the steps, then linear decay to 0. Returns the losses."""
+                        progress: Callable[[int, float], None] | None = None, micro_batches: int = 1) -> list[float]:
+    """AdamW on balanced batches: BCE on success + MSE on the sigmoid of the score output (means over the batch);
+    linear warm-up over `warmup` of the steps, then linear decay to 0. Each batch goes through the encoder in
+    `micro_batches` length-sorted parts (`length_parts`), each part's sums divided by the batch size: the batch's loss
+    (dropout draws its masks per part, so a run differs from an unsplit one as with another draw). Returns the
+    losses."""
     torch = model._torch
     torch.manual_seed(seed)
     params = model.parameters()
@@ -195,13 +214,20 @@ def train_outcome_model(model: OutcomeModel, examples: Sequence[OutcomeExample],
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / w, max(0.0, (steps - s) / max(1, steps - w))))
     model.encoder.train()
     losses = []
+    items = [(e.instruction, e.state, e.action) for e in examples]
+    lengths = model.lengths(items) if micro_batches > 1 else [0] * len(items)
+    F = torch.nn.functional
     for s, idx in enumerate(balanced_batches([e.success for e in examples], batch_size, steps, seed)):
-        batch = [examples[i] for i in idx]
-        z = model.logits([(e.instruction, e.state, e.action) for e in batch])
-        y = torch.tensor([float(e.success) for e in batch], device=z.device)
-        r = torch.tensor([e.score for e in batch], device=z.device)
-        loss = (torch.nn.functional.binary_cross_entropy_with_logits(z[:, 0], y)
-                + torch.nn.functional.mse_loss(torch.sigmoid(z[:, 1]), r))
+        parts = length_parts(idx, lengths, micro_batches) if micro_batches > 1 else [idx]
+        red = "mean" if len(parts) == 1 else "sum"  # one part: the batch means themselves
+        loss = 0.0
+        for part in parts:
+            z = model.logits([items[i] for i in part])
+            y = torch.tensor([float(examples[i].success) for i in part], device=z.device)
+            r = torch.tensor([examples[i].score for i in part], device=z.device)
+            term = (F.binary_cross_entropy_with_logits(z[:, 0], y, reduction=red)
+                    + F.mse_loss(torch.sigmoid(z[:, 1]), r, reduction=red))
+            loss = loss + (term if len(parts) == 1 else term / len(idx))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, grad_clip)

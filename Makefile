@@ -26,6 +26,7 @@ $(BIN)/.installed-run: pyproject.toml $(CONSTRAINTS)
 
 $(BIN)/.installed: $(BIN)/.installed-run
 	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
+	$(if $(CONSTRAINTS),echo $(CONSTRAINTS) > $(BIN)/.pinned,rm -f $(BIN)/.pinned)
 	touch $@
 
 install: $(BIN)/.installed

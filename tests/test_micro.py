@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -167,3 +169,35 @@ def test_policy_module_micro_batches_grpo_loss_logs_and_old_logp():
     assert logged["parts_loss"] == pytest.approx(logged["whole_loss"], rel=1e-5)
     for k in ("losses/policy", "losses/kl", "losses/entropy", "losses/clip_frac"):
         assert logged["parts"][k] == pytest.approx(logged["whole"][k], rel=1e-5, abs=1e-7), k
+
+
+def test_policy_module_splits_only_token_mean_objectives():
+    """PPO (a value loss over samples) and seq-mean GRPO train on whole batches, so their old / reference log-probs
+    are computed whole too: no position of a trained row is left at rowwise's 0."""
+    from dreamgym_pl.models import build_tiny_llama, train_word_tokenizer
+    from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
+    from dreamgym_pl.policy.algos.ppo import PPO, PPOConfig
+    from dreamgym_pl.policy.module import PolicyModule
+
+    tok = train_word_tokenizer(["search buy now click item red blue shoes"] * 3, vocab_size=64)
+    model = build_tiny_llama(tok, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_positions=64)
+    for algo, n in ((PPO(PPOConfig()), 1), (GRPO(GRPOConfig(agg="seq-mean")), 1), (GRPO(GRPOConfig()), 4)):
+        assert PolicyModule(model, tok, algo, lr=1e-3, micro_batches=4).micro_batches == n
+
+
+def test_kl_ignores_the_reference_off_the_targets():
+    """A reference log-prob of 0 where the trained model gives a padding position -200: k3's exp(200) overflows, and
+    without the guard its backward gives NaN gradients although the mask drops the value."""
+    from dreamgym_pl.policy.algos.grpo import GRPO, GRPOConfig
+
+    algo = GRPO(GRPOConfig(kl_coef=0.1, entropy_coef=0.0))
+    logits = torch.zeros(1, 3, 5, requires_grad=True)
+    batch = {"input_ids": torch.tensor([[1, 2, 0]]), "loss_mask": torch.tensor([[1.0, 0.0]]), "adv": torch.tensor([1.0])}
+    logp = losses.token_logprobs(logits, batch["input_ids"]) + torch.tensor([[0.0, -200.0]])
+    batch["old_logp"] = logp.detach().clone()
+    batch["ref_logp"] = torch.tensor([[logp[0, 0].item() - 0.5, 0.0]])
+    loss, logs = algo.loss(None, batch, type("Out", (), {"logits": logits})(), logp)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+    d = -0.5  # the one target position: k3 = exp(d) - d - 1
+    assert float(logs["losses/kl"]) == pytest.approx(math.exp(d) - d - 1, rel=1e-5)

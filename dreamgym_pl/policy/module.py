@@ -29,9 +29,9 @@ class PolicyModule(L.LightningModule):
     def __init__(self, model: Any, tokenizer: Any, objective: Objective, lr: float, weight_decay: float = 0.0,
                  warmup_steps: int = 0, total_steps: int = 0, ref_model: Any | None = None, micro_batches: int = 1):
         super().__init__()
-        # length-sorted parts per batch (policy/micro.py): the loss of a token-mean objective (sft, token-mean GRPO) and
-        # the per-token log-probs computed without gradients; other objectives take their batches whole
-        self.micro_batches = micro_batches
+        # length-sorted parts per batch (policy/micro.py) for a token-mean objective (sft, token-mean GRPO): its loss and
+        # the old / reference log-probs of its batches, split alike; other objectives take their batches whole
+        self.micro_batches = micro_batches if objective.token_mean else 1
         self.model = model.train()
         self.tokenizer = tokenizer
         self.objective = objective
@@ -97,7 +97,7 @@ class PolicyModule(L.LightningModule):
             out = self._forward(self.model, b, hidden=self.objective.needs_hidden)
             return self.objective.loss(self, b, out, self._logprobs(out.logits, b["input_ids"]))
 
-        loss, logs = micro.token_weighted(batch, self.micro_batches if self.objective.token_mean else 1, part)
+        loss, logs = micro.token_weighted(batch, self.micro_batches, part)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite {self.objective.name} loss ({float(loss)}) at step {self.global_step}")
         self.train_tokens += int(batch["attention_mask"].sum())

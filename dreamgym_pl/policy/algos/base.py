@@ -139,7 +139,10 @@ class RLAlgorithm(Objective):
             loss = loss - a.entropy_coef * ent
             logs["losses/entropy"] = ent.detach()
         if a.kl_coef > 0 and "ref_logp" in batch:
-            kl = losses.masked_mean(losses.kl_penalty(logp, batch["ref_logp"], a.kl_kind), mask)
+            # off the targets (padding) the reference may hold anything (0 past a micro-batch's width): k3's exp would
+            # overflow there and its backward give 0 * inf = NaN although the mask drops the value
+            ref = torch.where(mask > 0, batch["ref_logp"], logp.detach())
+            kl = losses.masked_mean(losses.kl_penalty(logp, ref, a.kl_kind), mask)
             loss = loss + a.kl_coef * kl
             logs["losses/kl"] = kl.detach()
         return loss, logs

@@ -41,16 +41,9 @@ from dreamgym_pl.policy.samples import collate  # noqa: E402
 from dreamgym_pl.stages.sft import clone_set  # noqa: E402
 
 
-def step_seconds(model, batch) -> float:
-    t0 = time.perf_counter()
-    target_loss(model, batch).backward()
-    model.zero_grad(set_to_none=True)
-    return time.perf_counter() - t0
-
-
-def micro_step_seconds(model, batch, micro: int) -> float:
+def step_seconds(model, batch, micro: int = 1) -> float:
     """A forward+backward pass of the batch's loss as the stages compute it with `micro_batches=micro`
-    (`dreamgym_pl/policy/micro.py`: length-sorted parts, one graph, the whole batch's token mean)."""
+    (`dreamgym_pl/policy/micro.py`: length-sorted parts, one graph, the whole batch's token mean; 1: whole)."""
     t0 = time.perf_counter()
     target_loss(model, batch, micro).backward()
     model.zero_grad(set_to_none=True)
@@ -74,8 +67,8 @@ def compare_micro(name: str, model, samples: list, batch_size: int, micro: int, 
     model.zero_grad(set_to_none=True)
     times: dict[str, list[float]] = {"whole": [], "micro": []}
     for b in whole[1:]:
-        times["whole"].append(micro_step_seconds(model, b, 1))
-        times["micro"].append(micro_step_seconds(model, b, micro))
+        times["whole"].append(step_seconds(model, b))
+        times["micro"].append(step_seconds(model, b, micro))
     cells = {"whole": sum(int(b["input_ids"].numel()) for b in whole[1:]),
              "micro": sum(int(p["input_ids"].numel()) for b in whole[1:] for p in split_rows(b, micro))}
     mean = {k: statistics.mean(v) for k, v in times.items()}

@@ -78,12 +78,11 @@ def balanced_batches(labels: Sequence[bool], batch_size: int, steps: int, seed: 
 
 def length_parts(idx: Sequence[int], lengths: Sequence[int], parts: int) -> list[list[int]]:
     """The batch `idx` sorted by `lengths[i]` (ties in batch order) and cut into `parts` contiguous groups of
-    ceil(len / parts) indices (fewer when the batch is smaller): each group is padded to its own longest input."""
-    if parts < 1:
-        raise ValueError(f"micro_batches must be >= 1, got {parts}")
-    order = sorted(idx, key=lambda i: lengths[i])
-    size = -(-len(order) // parts) if order else 1
-    return [order[k:k + size] for k in range(0, len(order), size)]
+    ceil(len / parts) indices (fewer when the batch is smaller; `policy.micro.length_groups`): each group is padded to
+    its own longest input."""
+    from dreamgym_pl.policy.micro import length_groups
+
+    return [[idx[j] for j in g] for g in length_groups([lengths[i] for i in idx], parts)]
 
 
 def verdict(p_success: float, score: float) -> tuple[bool, float]:

@@ -13,7 +13,7 @@ per-row values without gradients (the RL stages' old and reference log-probs) sp
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -26,20 +26,31 @@ def row_lengths(batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return attn.sum(1)
 
 
-def split_rows(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
-    """The batch's rows sorted by length (ties in row order) and cut into `parts` contiguous groups of
-    ceil(B / parts) rows (fewer groups when B < parts), each group's tensors indexed by its rows and its [., T] and
-    [., T-1] tensors cut to the group's longest row (T_k) and T_k - 1 columns. Other tensors are indexed by row
-    when their first dimension is B, else kept whole."""
+def length_groups(lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """Positions 0..n-1 sorted by `lengths` (ties in position order) and cut into `parts` contiguous groups of
+    ceil(n / parts) (fewer groups when n < parts): the grouping of every split here and of the outcome model's."""
     if parts < 1:
         raise ValueError(f"micro_batches must be >= 1, got {parts}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    size = max(1, -(-len(order) // parts))
+    return [order[k:k + size] for k in range(0, len(order), size)]
+
+
+def row_groups(batch: dict[str, torch.Tensor], parts: int) -> list[list[int]]:
+    """`length_groups` of the batch's rows by their tokens (`row_lengths`)."""
+    return length_groups(row_lengths(batch).tolist(), parts)
+
+
+def split_rows(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
+    """The batch's rows in `row_groups` (sorted by length, ties in row order, `parts` contiguous groups of
+    ceil(B / parts) rows, fewer when B < parts), each group's tensors indexed by its rows and its [., T] and
+    [., T-1] tensors cut to the group's longest row (T_k) and T_k - 1 columns. Other tensors are indexed by row
+    when their first dimension is B, else kept whole."""
     lengths = row_lengths(batch)
     B, T = batch["input_ids"].shape
-    order = torch.sort(lengths, stable=True).indices
-    size = -(-B // parts)
     out = []
-    for start in range(0, B, size):
-        rows = order[start:start + size]
+    for group in length_groups(lengths.tolist(), parts):
+        rows = torch.tensor(group, dtype=torch.long, device=lengths.device)
         t = max(1, int(lengths[rows].max()))
         part = {}
         for k, v in batch.items():
@@ -85,12 +96,10 @@ def rowwise(batch: dict[str, torch.Tensor], parts: int,
     if parts <= 1:
         return fn(batch)
     B, T = batch["input_ids"].shape
-    order = torch.sort(row_lengths(batch), stable=True).indices
-    size = -(-B // parts)
     out = None
-    for start, p in zip(range(0, B, size), split_rows(batch, parts)):
+    for rows, p in zip(row_groups(batch, parts), split_rows(batch, parts)):
         v = fn(p)
         if out is None:
             out = v.new_zeros((B, T - 1) + tuple(v.shape[2:]))
-        out[order[start:start + size], :v.shape[1]] = v
+        out[torch.tensor(rows, dtype=torch.long, device=v.device), :v.shape[1]] = v
     return out

@@ -1,4 +1,5 @@
-"""What a run ran on: the package versions, the interpreter, the CPU, torch's thread count and the code's commit,
+"""What a run ran on: the package versions, the interpreter, the CPU (model, instruction-set flags, the kernels torch
+dispatches to), torch's thread count and the code's commit,
 appended to `<run dir>/environment.jsonl` by every invocation (a resumed run adds a line, so a run whose stages
 ran on two machines says so).
 
@@ -52,6 +53,27 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return platform.processor() or "unknown"
 
 
+# the instruction-set flags that decide which float kernels torch (ATen's vectorised code, oneDNN, MKL) runs: two
+# machines that differ in them sum in other orders, so the same code and seed give other runs (README, "Reproducibility")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def cpu_flags(cpuinfo: str | None = None, names: tuple[str, ...] = ISA_FLAGS) -> list[str]:
+    """Which of `names` the first CPU's `flags` line in /proc/cpuinfo lists (in `names`' order; [] where there is
+    no such file, e.g. macOS)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            have = set(value.split())
+            return [n for n in names if n in have]
+    return []
+
+
 def git_commit(root: Path) -> str | None:
     """HEAD of the repository holding `root`, with "+dirty" when tracked files differ from it ("+unknown" when
     that could not be read); None outside git."""
@@ -82,6 +104,10 @@ def environment_record(**extra: Any) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        # the vector width ATen dispatches to (env ATEN_CPU_CAPABILITY can lower it): part of what decides the sums
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY"),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "packages": package_versions(),

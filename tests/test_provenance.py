@@ -17,6 +17,13 @@ def test_cpu_model_falls_back_to_the_platform(monkeypatch):
     assert pv.cpu_model("") == "unknown"
 
 
+def test_cpu_flags_reads_the_isa_flags_in_order():
+    text = "processor\t: 0\nflags\t\t: fpu sse2 amx_bf16 avx2 avx512f fma\nprocessor\t: 1\nflags\t: fpu\n"
+    assert pv.cpu_flags(text) == ["avx2", "fma", "avx512f", "amx_bf16"]  # ISA_FLAGS' order, the first CPU's line
+    assert pv.cpu_flags("processor\t: 0\n") == [] and pv.cpu_flags("") == []
+    assert pv.cpu_flags("Features\t: fp asimd\n", ("asimd", "sve")) == ["asimd"]  # arm's name for the line
+
+
 def test_package_versions_are_the_installed_ones():
     v = pv.package_versions(("torch", "no-such-package-xyz"))
     assert v == {"torch": metadata.version("torch"), "no-such-package-xyz": None}
@@ -24,7 +31,8 @@ def test_package_versions_are_the_installed_ones():
 
 def test_environment_record_fields(tmp_path):
     r = pv.environment_record(stages=["collect", "sft"], resume=True)
-    for key in ("time", "commit", "python", "platform", "cpu", "cpu_count", "torch_threads", "packages"):
+    for key in ("time", "commit", "python", "platform", "cpu", "cpu_count", "cpu_flags", "cpu_capability",
+                "torch_threads", "packages"):
         assert key in r
     assert r["stages"] == ["collect", "sft"] and r["resume"] is True
     assert "stages" not in pv.flatten(r) and "resume" not in pv.flatten(r)  # they differ between invocations

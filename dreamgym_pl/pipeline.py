@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dreamgym_pl import config as config_checks
 from dreamgym_pl import dist, provenance
+from dreamgym_pl.precision import run_precision
 from dreamgym_pl.stages import STAGES, Run
 from dreamgym_pl.stages.resume import seed_stage
 
@@ -39,7 +40,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     if dist.is_main():  # the config of the latest invocation, resolved (benchmarks and tools reload it)
         (run.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         provenance.append_record(run.dir, provenance.environment_record(  # what this invocation ran on
-            stages=list(cfg.stages), resume=bool(cfg.resume)))
+            stages=list(cfg.stages), resume=bool(cfg.resume), precision=run_precision(cfg)))
     for stage in cfg.stages:
         if cfg.resume and stage in run.state["completed"]:
             log.info("stage %s: already completed, skipped (resume)", stage)

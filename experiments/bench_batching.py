@@ -100,6 +100,45 @@ def compare(name: str, model, samples: list, batch_size: int, group_batches: int
     print(f"{name:10s} ratio random / grouped (group_batches={group_batches}): {mean['random'] / mean['grouped']:.2f}x")
 
 
+def load_run(run_dir: str, seed: int):
+    """(config, tokenizer, offline trajectories, a fresh `model=tiny`-sized Llama) of a run directory after sft."""
+    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl
+    from dreamgym_pl.models import build_tiny_llama
+    from transformers import PreTrainedTokenizerFast
+
+    run = Path(run_dir)
+    cfg = OmegaConf.load(run / "config.yaml")
+    tok = PreTrainedTokenizerFast.from_pretrained(run / "checkpoints" / "sft")
+    trajs = group_trajectories(read_jsonl(run / "offline" / "transitions.jsonl", Transition))
+    m = cfg.model
+    model = build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
+                             seed).train()
+    return cfg, tok, trajs, model
+
+
+def copy_samples(cfg, tok, trajs, n: int, seed: int) -> list:
+    """`n` examples of the sft stage's copy warm start."""
+    from dreamgym_pl.experience.copying import copy_examples
+    from dreamgym_pl.rollout.prompts import ACTION_CUE
+    from dreamgym_pl.stages.copy_start import copy_pool
+
+    pool, sep = copy_pool(tok, trajs, ACTION_CUE)
+    return copy_examples(pool, n, 4, cfg.sft.copy_length, sep, tok.eos_token_id, random.Random(seed))
+
+
+def sft_samples(cfg, tok, trajs, seed: int) -> list:
+    """The sft stage's training samples (demonstrations and mixed-in copy examples)."""
+    from dreamgym_pl.policy.algos.sft import sft_loader
+    from dreamgym_pl.rollout.prompts import ACTION_CUE, PromptConfig
+    from dreamgym_pl.stages.copy_start import mixed_copy_examples
+
+    c = cfg.sft
+    good = clone_set(trajs, c.source, c.get("min_score"), c.num_trajectories)
+    mixed = mixed_copy_examples(tok, trajs, c.copy_examples, c.copy_length, ACTION_CUE, seed)
+    return list(sft_loader(good, tok, PromptConfig(**OmegaConf.to_container(cfg.prompt)), c.batch_size,
+                           extra=mixed).dataset)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True)
@@ -111,35 +150,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl
-    from dreamgym_pl.experience.copying import copy_examples
-    from dreamgym_pl.models import build_tiny_llama
-    from dreamgym_pl.policy.algos.sft import sft_loader
-    from dreamgym_pl.rollout.prompts import ACTION_CUE, PromptConfig
-    from dreamgym_pl.stages.copy_start import copy_pool, mixed_copy_examples
-    from transformers import PreTrainedTokenizerFast
-
-    run = Path(args.run_dir)
-    cfg = OmegaConf.load(run / "config.yaml")
-    tok = PreTrainedTokenizerFast.from_pretrained(run / "checkpoints" / "sft")
-    trajs = group_trajectories(read_jsonl(run / "offline" / "transitions.jsonl", Transition))
-    m, c = cfg.model, cfg.sft
-    model = build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_positions,
-                             args.seed).train()
+    cfg, tok, trajs, model = load_run(args.run_dir, args.seed)
+    run, c = Path(args.run_dir), cfg.sft
     print(f"{torch.get_num_threads()} threads; model of {sum(p.numel() for p in model.parameters()):,} parameters")
 
-    pool, sep = copy_pool(tok, trajs, ACTION_CUE)
-    copies = copy_examples(pool, (args.steps + 1) * c.batch_size * max(1, args.group_batches), 4, c.copy_length, sep,
-                           tok.eos_token_id, random.Random(args.seed))
+    copies = copy_samples(cfg, tok, trajs, (args.steps + 1) * c.batch_size * max(1, args.group_batches), args.seed)
     if args.group_batches > 0:
         compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
     for n in args.micro:
         compare_micro("copy", model, copies, c.batch_size, n, args.steps, tok.pad_token_id, args.seed)
 
-    good = clone_set(trajs, c.source, c.get("min_score"), c.num_trajectories)
-    mixed = mixed_copy_examples(tok, trajs, c.copy_examples, c.copy_length, ACTION_CUE, args.seed)
-    samples = list(sft_loader(good, tok, PromptConfig(**OmegaConf.to_container(cfg.prompt)), c.batch_size,
-                              extra=mixed).dataset)
+    samples = sft_samples(cfg, tok, trajs, args.seed)
     if args.group_batches > 0:
         compare("sft", model, samples, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
     for n in args.micro:

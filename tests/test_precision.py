@@ -91,3 +91,53 @@ def test_rollout_log_probs_are_computed_under_the_fits_autocast():
         dm.trainer = SimpleNamespace(precision=precision)
         dm.minibatches(samples, Module())
         assert seen == [(False, on), (True, on)] * 2
+
+
+def test_resolve_auto_by_hand():
+    from dreamgym_pl.precision import resolve
+
+    amx = ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"]
+    assert resolve("auto", "cpu", amx) == "bf16-mixed"
+    assert resolve("auto", "cpu", ["avx2", "avx512f", "avx512_bf16"]) == "32-true"  # no AMX: float32
+    assert resolve("auto", "cpu", []) == "32-true"
+    assert resolve("auto", "gpu", amx, cuda_bf16=False) == "32-true"  # a GPU run asks the GPU, not the CPU
+    assert resolve("auto", "gpu", [], cuda_bf16=True) == "bf16-mixed"
+    for given in ("32-true", "bf16-mixed", 32, "16-mixed"):
+        assert resolve(given, "cpu", amx) == given  # only auto is resolved
+
+
+def test_run_precision_reads_the_trainer_config(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from dreamgym_pl import provenance
+    from dreamgym_pl.precision import run_precision
+
+    monkeypatch.setattr(provenance, "cpu_flags", lambda *a, **k: ["amx_bf16"])
+    assert run_precision(OmegaConf.create({"trainer": {"accelerator": "cpu", "precision": "auto"}})) == "bf16-mixed"
+    monkeypatch.setattr(provenance, "cpu_flags", lambda *a, **k: ["avx2"])
+    assert run_precision(OmegaConf.create({"trainer": {"accelerator": "cpu", "precision": "auto"}})) == "32-true"
+    assert run_precision(OmegaConf.create({"trainer": {"precision": "32-true"}})) == "32-true"
+
+
+def test_bench_precision_and_bench_batching_run_on_a_tiny_run(tmp_path, monkeypatch, capsys):
+    """experiments/bench_precision.py and bench_batching.py (which share its sample builders) end to end on a tiny
+    collect -> sft -> experience run: every kind prints its ratio."""
+    import runpy
+    import sys
+
+    from dreamgym_pl.pipeline import run_pipeline
+    from tests.conftest import ROOT, compose
+    from tests.test_pipeline import EXP, TINY
+
+    run_pipeline(compose(["conf=webshop_dreamgym", "stages=[collect,sft,experience]", *TINY, *EXP]), tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bench_precision.py", "--run-dir", str(tmp_path), "--steps", "2",
+                                      "--outcome-steps", "1"])
+    runpy.run_path(str(ROOT / "experiments" / "bench_precision.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for kind in ("copy", "sft", "outcome/1"):
+        assert f"\n{kind} " in out and "float32 / bfloat16 = " in out, out
+    monkeypatch.setattr(sys, "argv", ["bench_batching.py", "--run-dir", str(tmp_path), "--steps", "2",
+                                      "--group-batches", "2", "--micro", "2"])
+    runpy.run_path(str(ROOT / "experiments" / "bench_batching.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "copy       ratio random / grouped" in out and "sft        ratio whole / micro (2)" in out, out

@@ -136,8 +136,11 @@ class Run:
         import lightning as L
         from lightning.pytorch.loggers import TensorBoardLogger
 
+        from dreamgym_pl.precision import run_precision
+
         tcfg = OmegaConf.to_container(self.cfg.trainer, resolve=True)
         tcfg.pop("_name", None)
+        tcfg["precision"] = run_precision(self.cfg)  # `auto`: bf16-mixed with AMX / a bf16 GPU, else 32-true
         strategy = tcfg.pop("strategy", "auto")
         if isinstance(strategy, dict):
             from hydra.utils import instantiate

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from dreamgym_pl import dist
 from dreamgym_pl.run import reading
+from dreamgym_pl.precision import run_precision
 from dreamgym_pl.stages.context import Run
 
 log = logging.getLogger("dreamgym_pl")
@@ -91,7 +92,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
                     "the experience model's own rewards are used")
         return None, {}
     model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
-                         precision=run.cfg.trainer.get("precision", "32-true"))
+                         precision=run_precision(run.cfg))
     t0 = time.time()
     from tqdm import tqdm
 
@@ -135,7 +136,7 @@ def load_outcome_model(run: Run, path: Path | None = None) -> Any:
     with reading(path / "outcome.json", fix):
         (path / "outcome.json").read_text()
         return OutcomeModel(path, max_length=run.cfg.experience.outcome_max_length,
-                            precision=run.cfg.trainer.get("precision", "32-true"))
+                            precision=run_precision(run.cfg))
 
 
 def load_outcome(run: Run) -> Any:

@@ -1,10 +1,12 @@
 """Training-step cost in float32 against bfloat16 autocast (`trainer.precision: bf16-mixed`, `dreamgym_pl/precision.py`),
 both measured in this run, alternating step by step on one model each, for the three kinds of training step whose
 precision a run can change:
-- copy: the sft stage's copy warm start (a plain loop inside one autocast, as `copy_start.py` runs it);
-- sft: the sft stage's samples (one autocast per step, as Lightning's precision plugin runs a training step);
+- copy: the sft stage's copy warm start examples;
+- sft: the sft stage's samples;
+  (both as the product steps them: the forward under `precision.autocast`, no weight-cast cache, as `adamw_steps` and
+  Lightning's precision plugin do; backward and AdamW outside it)
 - outcome: the outcome model (all-MiniLM-L6-v2) on the run's episode endings, its real `train_outcome_model` steps,
-  with the run's `micro_batches` and with 1.
+  with the run's `micro_batches` and with 1 (each run's mean step, tokenisation and first step included).
 Batches come from a run directory after its experience stage (offline data, tokenizer, outcome endings), cut into the
 run's `micro_batches` parts as the stages do. Prints seconds per step and the ratio float32 / bfloat16 (> 1: bfloat16
 is faster), and the CPU's ISA flags (bfloat16 is fast only with AMX, `amx_bf16`).
@@ -36,12 +38,10 @@ from dreamgym_pl.provenance import cpu_flags  # noqa: E402
 PRECISIONS = ("32-true", "bf16-mixed")
 
 
-def adamw_step(model, opt, batch, micro: int, precision: str, per_step: bool) -> float:
-    """One AdamW step of the batch's target loss; the autocast around the step (`per_step`, Lightning's way, its
-    weight-cast cache on) or around nothing here (the caller holds `precision.autocast` over the loop)."""
+def adamw_step(model, opt, batch, micro: int, precision: str) -> float:
+    """One AdamW step of the batch's target loss, its forward under `precision`'s autocast."""
     t0 = time.perf_counter()
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if per_step and precision != "32-true" else autocast("32-true")
-    with ctx:
+    with autocast(precision):
         loss = target_loss(model, batch, micro)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -49,7 +49,7 @@ def adamw_step(model, opt, batch, micro: int, precision: str, per_step: bool) ->
     return time.perf_counter() - t0
 
 
-def tiny_kind(name: str, cfg, tok, samples: list, batch_size: int, steps: int, seed: int, per_step: bool) -> None:
+def tiny_kind(name: str, cfg, tok, samples: list, batch_size: int, steps: int, seed: int) -> None:
     from dreamgym_pl.models import build_tiny_llama
 
     order = length_grouped_order(sample_lengths(samples), batch_size, 0, random.Random(seed))
@@ -62,8 +62,7 @@ def tiny_kind(name: str, cfg, tok, samples: list, batch_size: int, steps: int, s
     times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
     for i, b in enumerate(batches):
         for p in PRECISIONS:  # alternating, so that a drift of the machine's speed hits both
-            with autocast(p if not per_step else "32-true"):
-                t = adamw_step(models[p], opts[p], b, micro, p, per_step)
+            t = adamw_step(models[p], opts[p], b, micro, p)
             if i > 0:  # the first batch warms up
                 times[p].append(t)
     report(name, times, f"batch {batch_size}, micro_batches {micro}, {len(times['32-true'])} steps")
@@ -83,7 +82,8 @@ def outcome_kind(run_dir: Path, cfg, steps: int, seed: int) -> None:
         times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
         for rep in range(2):  # two rounds of each, alternating
             for p in PRECISIONS:
-                model = OutcomeModel(max_length=e.outcome_max_length, precision=p)
+                model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
+                                     precision=p)
                 t0 = time.perf_counter()
                 train_outcome_model(model, ex, steps, e.outcome_batch_size, e.outcome_lr, seed + rep,
                                     micro_batches=micro)
@@ -109,9 +109,8 @@ def main() -> None:
     print(f"{torch.get_num_threads()} threads; CPU flags {' '.join(cpu_flags())}")
     c = cfg.sft
     tiny_kind("copy", cfg, tok, copy_samples(cfg, tok, trajs, (args.steps + 1) * c.batch_size, args.seed),
-              c.batch_size, args.steps, args.seed, per_step=False)
-    tiny_kind("sft", cfg, tok, sft_samples(cfg, tok, trajs, args.seed), c.batch_size, args.steps, args.seed,
-              per_step=True)
+              c.batch_size, args.steps, args.seed)
+    tiny_kind("sft", cfg, tok, sft_samples(cfg, tok, trajs, args.seed), c.batch_size, args.steps, args.seed)
     if args.outcome_steps > 0:
         outcome_kind(Path(args.run_dir), cfg, args.outcome_steps, args.seed)
 

@@ -46,7 +46,7 @@ def copy_examples(pool: Sequence[int], n: int, min_len: int, max_len: int, sep_i
 def copy_warmup(model: Any, pool: Sequence[int], steps: int, batch_size: int, lr: float, max_len: int,
                 sep_ids: Sequence[int], eos_id: int, pad_id: int, seed: int, warmup_steps: int = 50,
                 grad_clip: float | None = 1.0, log_every: int = 0, what: str = "the copy warm-up",
-                micro_batches: int = 1) -> list[float]:
+                micro_batches: int = 1, precision: Any = "32-true") -> list[float]:
     """`steps` AdamW steps of `model` on fresh copy examples (L uniform in [4, max_len]), linear warm-up then a
     constant `lr`; returns the loss of every step."""
     from dreamgym_pl.experience.train_steps import adamw_steps
@@ -54,4 +54,4 @@ def copy_warmup(model: Any, pool: Sequence[int], steps: int, batch_size: int, lr
 
     rng = random.Random(seed)
     batches = (collate(copy_examples(pool, batch_size, 4, max_len, sep_ids, eos_id, rng), pad_id) for _ in range(steps))
-    return adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, what, log_every, micro_batches)
+    return adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, what, log_every, micro_batches, precision)

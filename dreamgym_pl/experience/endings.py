@@ -57,7 +57,7 @@ def ending_mix(endings: Sequence[T], regular: Sequence[T], rng: random.Random) -
 
 def ending_phase(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: Any, buffer: Any, regular: Sequence,
                  steps: int, lr: float, batch_size: int, seed: int, grad_clip: float | None = None,
-                 warmup_steps: int = 50, micro_batches: int = 1) -> dict[str, float]:
+                 warmup_steps: int = 50, micro_batches: int = 1, precision: Any = "32-true") -> dict[str, float]:
     """`steps` AdamW steps of the experience model on the class-balanced ending steps of `trajs` mixed with as many
     `regular` samples (the stage's training samples), reshuffled every pass -> experience/ending_* counts and the
     last steps' mean loss. Nothing happens (and {} is returned) without steps or without any ending step."""
@@ -73,7 +73,7 @@ def ending_phase(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: A
     rng = random.Random(seed)
     batches = shuffled_batches(lambda: ending_mix(endings, regular, rng), batch_size, tokenizer.pad_token_id, seed)
     losses = adamw_steps(model, batches, steps, lr, warmup_steps, grad_clip, "experience: the ending-step training", log_every=100,
-                         micro_batches=micro_batches)
+                         micro_batches=micro_batches, precision=precision)
     tail = losses[-min(50, len(losses)):]
     return {"experience/ending_failed": float(len(failed)), "experience/ending_successful": float(len(successful)),
             "experience/ending_loss": sum(tail) / len(tail)}

@@ -172,11 +172,11 @@ class OutcomeModel:
         return [len(x) for x in enc["input_ids"]]
 
     def logits(self, items: Sequence[tuple[str, str, str]]):
-        from dreamgym_pl.precision import autocast
+        from dreamgym_pl.precision import autocast, device_of
 
         enc = self.tok([i for i, _, _ in items], [pair_text(s, a) for _, s, a in items], padding=True,
                        truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
-        with autocast(self.precision, "cuda" if str(self.device).startswith("cuda") else "cpu"):
+        with autocast(self.precision, device_of(self.encoder)):
             hidden = self.encoder(**enc).last_hidden_state
         # pooled and classified in float32 whatever the autocast (a no-op in float32)
         return self.head(mean_pool(hidden.float(), enc["attention_mask"]))

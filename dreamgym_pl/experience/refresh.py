@@ -73,7 +73,7 @@ def add_online(buffer: Any, trajs: Sequence[Trajectory], explain: Callable[[Tran
 
 def finetune(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: Any, buffer: Any, steps: int, lr: float,
              batch_size: int, seed: int, grad_clip: float | None = None, terminal_repeat: int = 1,
-             micro_batches: int = 1) -> list[float]:
+             micro_batches: int = 1, precision: Any = "32-true") -> list[float]:
     """Fine-tune the experience model in place for `steps` AdamW steps on the experience stage's samples of
     `trajs` (its prompts with retrieved demonstrations, its targets with reasoning, its loss: `ExperienceModule`),
     batches shuffled with `seed`, cycling over them as needed. Returns the training loss of every step. The
@@ -85,7 +85,8 @@ def finetune(model: Any, tokenizer: Any, trajs: Sequence[Trajectory], fmt: Any, 
     if not samples or steps <= 0:
         return []
     batches = shuffled_batches(lambda: samples, batch_size, tokenizer.pad_token_id, seed)
-    return adamw_steps(model, batches, steps, lr, 0, grad_clip, "a refresh", micro_batches=micro_batches)
+    return adamw_steps(model, batches, steps, lr, 0, grad_clip, "a refresh", micro_batches=micro_batches,
+                       precision=precision)
 
 
 class OnlineReplay(L.Callback):

@@ -33,14 +33,18 @@ def target_loss(model: Any, batch: dict[str, torch.Tensor], micro_batches: int =
 
 def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: int, lr: float, warmup_steps: int = 0,
                 grad_clip: float | None = None, what: str = "training", log_every: int = 0,
-                micro_batches: int = 1) -> list[float]:
+                micro_batches: int = 1, precision: Any = "32-true") -> list[float]:
     """`steps` AdamW steps of `model` on the next `steps` batches (moved to the model's device; each step's loss over
     `micro_batches` length-sorted parts: `target_loss`), the learning rate rising linearly over `warmup_steps` then
-    constant; returns every step's loss. A non-finite loss raises
+    constant; returns every step's loss. Each step's forward runs under `precision`'s autocast (a resolved
+    trainer.precision: `precision.loop_precision`), the backward and the update outside it. A non-finite loss raises
     FloatingPointError naming `what`. The model's train/eval mode is left as it was."""
+    from dreamgym_pl.precision import autocast
+
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     device = next(model.parameters()).device
+    kind = "cuda" if device.type == "cuda" else "cpu"
     was_training = model.training
     model.train()
     out: list[float] = []
@@ -49,7 +53,8 @@ def adamw_steps(model: Any, batches: Iterator[dict[str, torch.Tensor]], steps: i
             batch = {k: v.to(device) for k, v in next(batches).items()}
             for g in opt.param_groups:
                 g["lr"] = lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
-            loss = target_loss(model, batch, micro_batches)
+            with autocast(precision, kind):
+                loss = target_loss(model, batch, micro_batches)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss ({float(loss)}) at step {step} of {what}")
             opt.zero_grad(set_to_none=True)

@@ -82,7 +82,8 @@ class PolicyModule(L.LightningModule):
 
     def values_from_hidden(self, hidden: torch.Tensor, prompt_last: torch.Tensor) -> torch.Tensor:
         h = hidden[torch.arange(hidden.shape[0], device=hidden.device), prompt_last]
-        return self.value_head(h.float()).squeeze(-1)
+        with torch.autocast(h.device.type, enabled=False):  # the value head in float32 under any autocast
+            return self.value_head(h.float()).squeeze(-1)
 
     @torch.no_grad()
     def values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -32,7 +32,7 @@ from dreamgym_pl.core import Task, Trajectory
 from dreamgym_pl.envs.base import VecEnv
 from dreamgym_pl.headroom import mixed_groups
 from dreamgym_pl.policy.algos.base import RLAlgorithm, trajectory_return
-from dreamgym_pl.precision import autocast, device_of
+from dreamgym_pl.precision import fit_context
 from dreamgym_pl.policy.samples import StepSample, collate, trajectory_samples
 from dreamgym_pl.rollout.actor import policy_actor
 from dreamgym_pl.rollout.collector import episode_sums, run_episodes, stats_from_sums
@@ -180,8 +180,9 @@ class RolloutDataModule(L.LightningDataModule):
                      if not any(s.info.get("invalid_output") for s in t.transitions)]
             extra = {"baselines": {t.task.task_id: trajectory_return(t, c) for t in greedy}} \
                 if baseline == "greedy" else {}
-            samples = self.algo.with_advantages(learn, self._step_samples(learn), module, module.tokenizer.pad_token_id,
-                                                **extra)
+            with fit_context(self.trainer):  # PPO's old values as its training step computes the new ones
+                samples = self.algo.with_advantages(learn, self._step_samples(learn), module,
+                                                    module.tokenizer.pad_token_id, **extra)
             rng.shuffle(samples)
             batches = self.minibatches(samples, module)
             logs = {**self.account(trajs, greedy), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
@@ -254,9 +255,9 @@ class RolloutDataModule(L.LightningDataModule):
             b = collate(chunk or samples[:1], module.tokenizer.pad_token_id)
             if not chunk:
                 b["loss_mask"] = torch.zeros_like(b["loss_mask"])
-            # under the fit's autocast (trainer.precision), as the training step computes the new log-probs: with
-            # bf16-mixed the first step's ratio is 1, not bfloat16 / float32 rounding
-            with autocast(getattr(self.trainer, "precision", "32-true"), device_of(module)):
+            # in the fit's forward context (its precision plugin's autocast, if any), as the training step computes
+            # the new log-probs: under bf16-mixed the same autocast, not float32 against bfloat16
+            with fit_context(self.trainer):
                 b["old_logp"] = module.logprobs(b)
                 if self.algo.needs_reference:
                     b["ref_logp"] = module.logprobs(b, reference=True)

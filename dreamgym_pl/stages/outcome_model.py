@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from dreamgym_pl import dist
 from dreamgym_pl.run import reading
-from dreamgym_pl.precision import run_precision
+from dreamgym_pl.precision import loop_precision
 from dreamgym_pl.stages.context import Run
 
 log = logging.getLogger("dreamgym_pl")
@@ -92,7 +92,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
                     "the experience model's own rewards are used")
         return None, {}
     model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
-                         precision=run_precision(run.cfg))
+                         precision=loop_precision(run.cfg, "cpu"))  # it runs on the CPU
     t0 = time.time()
     from tqdm import tqdm
 
@@ -136,7 +136,7 @@ def load_outcome_model(run: Run, path: Path | None = None) -> Any:
     with reading(path / "outcome.json", fix):
         (path / "outcome.json").read_text()
         return OutcomeModel(path, max_length=run.cfg.experience.outcome_max_length,
-                            precision=run_precision(run.cfg))
+                            precision=loop_precision(run.cfg, "cpu"))  # it runs on the CPU
 
 
 def load_outcome(run: Run) -> Any:

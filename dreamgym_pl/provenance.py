@@ -39,8 +39,9 @@ def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]
     return out
 
 
-def cpu_model(cpuinfo: str | None = None) -> str:
-    """The CPU's model name from /proc/cpuinfo's text (`platform.processor()` where there is none)."""
+def cpuinfo_field(names: tuple[str, ...], cpuinfo: str | None = None) -> str | None:
+    """The value of the first /proc/cpuinfo line (or of `cpuinfo`'s text) whose key is one of `names` and whose value
+    is not empty; None where there is none (no such file, e.g. macOS)."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
@@ -48,9 +49,14 @@ def cpu_model(cpuinfo: str | None = None) -> str:
             cpuinfo = ""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
+        if key.strip() in names and value.strip():
             return value.strip()
-    return platform.processor() or "unknown"
+    return None
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo's text (`platform.processor()` where there is none)."""
+    return cpuinfo_field(("model name",), cpuinfo) or platform.processor() or "unknown"
 
 
 # the instruction-set flags that decide which float kernels torch (ATen's vectorised code, oneDNN, MKL) runs: two
@@ -61,17 +67,8 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp1
 def cpu_flags(cpuinfo: str | None = None, names: tuple[str, ...] = ISA_FLAGS) -> list[str]:
     """Which of `names` the first CPU's `flags` line in /proc/cpuinfo lists (in `names`' order; [] where there is
     no such file, e.g. macOS)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            have = set(value.split())
-            return [n for n in names if n in have]
-    return []
+    have = set((cpuinfo_field(("flags", "Features"), cpuinfo) or "").split())
+    return [n for n in names if n in have]
 
 
 def git_commit(root: Path) -> str | None:

@@ -5,8 +5,8 @@ refreshes, the outcome model, DPO's reference log-probs) under the precision the
 context (`fit_context`).
 
 Why: on a CPU with AMX (`amx_bf16` in /proc/cpuinfo) bfloat16 matrix products run on the tile unit: the outcome model
-(all-MiniLM-L6-v2) trains 1.2-1.5x faster a step under bfloat16 autocast, while model=tiny's steps are too small to
-gain and run slower (README "bfloat16 on CPU"; experiments/bench_precision.py). Weights, optimiser state and losses
+(all-MiniLM-L6-v2) trains 1.28x faster a step under bfloat16 autocast (1.55x unsplit), while model=tiny's steps are too small to
+gain and run slower (README Results, "Another machine"; experiments/bench_precision.py). Weights, optimiser state and losses
 stay float32 ("-mixed").
 """
 

@@ -66,12 +66,18 @@ def run_precision(cfg: Any) -> Any:
     return resolve(t.get("precision", "32-true"), t.get("accelerator", "auto"))
 
 
-def loop_precision(cfg: Any, device_type: str) -> Any:
-    """The precision of a training loop outside the fit on a model on `device_type` (cpu / cuda): the fits' when the
+def loop_precision(cfg: Any, where: Any) -> Any:
+    """The precision of a loop outside the fit on `where` (a model, or a device type: cpu / cuda): the fits' when the
     loop runs on the fit's kind of device, else 32-true (e.g. the copy warm start runs on the CPU before a GPU fit
     moves the model: the GPU's bfloat16 says nothing about the CPU's)."""
+    device_type = where if isinstance(where, str) else device_of(where)
     on_gpu = _gpu(cfg.trainer.get("accelerator", "auto"))
     return run_precision(cfg) if (device_type == "cuda") == on_gpu else "32-true"
+
+
+def loop_autocast(cfg: Any, model: Any) -> Any:
+    """`autocast` of `loop_precision(cfg, model)` on `model`'s device: a no-grad pass outside the fit, as the fit's."""
+    return autocast(loop_precision(cfg, model), device_of(model))
 
 
 def autocast_dtype(precision: Any) -> str | None:

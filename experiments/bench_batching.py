@@ -50,14 +50,18 @@ def step_seconds(model, batch, micro: int = 1) -> float:
     return time.perf_counter() - t0
 
 
+def random_batches(samples: list, batch_size: int, steps: int, pad_id: int, seed: int) -> list[dict]:
+    """`steps + 1` collated batches of `samples` in a seeded random order (the first one to warm up on)."""
+    order = length_grouped_order(sample_lengths(samples), batch_size, 0, random.Random(seed))
+    return [collate([samples[i] for i in order[j:j + batch_size]], pad_id)
+            for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
+
+
 def compare_micro(name: str, model, samples: list, batch_size: int, micro: int, steps: int, pad_id: int,
                   seed: int) -> None:
     """Random batches, whole (the reference) and with `micro` length-sorted micro-batches, alternating step by step;
     the gradients of the first batch compared (largest difference relative to the largest gradient)."""
-    lengths = sample_lengths(samples)
-    order = length_grouped_order(lengths, batch_size, 0, random.Random(seed))
-    whole = [collate([samples[i] for i in order[j:j + batch_size]], pad_id)
-             for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
+    whole = random_batches(samples, batch_size, steps, pad_id, seed)
     target_loss(model, whole[0]).backward()
     ref = [p.grad.clone() for p in model.parameters()]
     model.zero_grad(set_to_none=True)

@@ -17,7 +17,6 @@ is faster), and the CPU's ISA flags (bfloat16 is fast only with AMX, `amx_bf16`)
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
@@ -28,10 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from bench_batching import copy_samples, load_run, sft_samples  # noqa: E402
+from bench_batching import copy_samples, load_run, random_batches, sft_samples  # noqa: E402
 from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
-from dreamgym_pl.policy.batching import length_grouped_order, sample_lengths  # noqa: E402
-from dreamgym_pl.policy.samples import collate  # noqa: E402
 from dreamgym_pl.precision import autocast  # noqa: E402
 from dreamgym_pl.provenance import cpu_flags  # noqa: E402
 
@@ -52,9 +49,7 @@ def adamw_step(model, opt, batch, micro: int, precision: str) -> float:
 def tiny_kind(name: str, cfg, tok, samples: list, batch_size: int, steps: int, seed: int) -> None:
     from dreamgym_pl.models import build_tiny_llama
 
-    order = length_grouped_order(sample_lengths(samples), batch_size, 0, random.Random(seed))
-    batches = [collate([samples[i] for i in order[j:j + batch_size]], tok.pad_token_id)
-               for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
+    batches = random_batches(samples, batch_size, steps, tok.pad_token_id, seed)
     m, micro = cfg.model, int(cfg.get("micro_batches", 1))
     models = {p: build_tiny_llama(tok, m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size,
                                   m.max_positions, seed).train() for p in PRECISIONS}

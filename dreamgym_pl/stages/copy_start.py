@@ -47,7 +47,7 @@ def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, ste
     <stage>/copy_seconds, also kept in checkpoints/<stage>/copy_start.json. A resumed training of the stage with a
     step checkpoint skips them (its weights replace these) and returns the kept numbers."""
     from dreamgym_pl.experience.copying import copy_warmup
-    from dreamgym_pl.precision import device_of, loop_precision
+    from dreamgym_pl.precision import loop_precision
     from dreamgym_pl.stages.resume import resumes_from_step
 
     if steps <= 0:
@@ -63,7 +63,7 @@ def copy_warm_start(run: Run, stage: str, model: Any, tok: Any, trajs: list, ste
     t0 = time.time()
     losses = copy_warmup(model, pool, steps, batch_size, lr, max_len, sep, tok.eos_token_id, tok.pad_token_id, seed,
                          warmup_steps, grad_clip, log_every=250, what=f"{stage}: the copy warm start",
-                         micro_batches=run.cfg.micro_batches, precision=loop_precision(run.cfg, device_of(model)))
+                         micro_batches=run.cfg.micro_batches, precision=loop_precision(run.cfg, model))
     tail = losses[-min(50, len(losses)):]
     res = {f"{stage}/copy_loss": sum(tail) / len(tail), f"{stage}/copy_seconds": time.time() - t0}
     if dist.is_main():

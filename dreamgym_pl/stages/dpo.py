@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dreamgym_pl.policy.algos.dpo import DPO, dpo_loader, dpo_pairs
 from dreamgym_pl.policy.module import PolicyModule
-from dreamgym_pl.precision import autocast, device_of, loop_precision
+from dreamgym_pl.precision import loop_autocast
 from dreamgym_pl.stages.context import Run
 from dreamgym_pl.stages.policy import finish_policy_stage
 from dreamgym_pl.stages.resume import fit
@@ -17,7 +17,7 @@ def run_stage(run: Run) -> None:
     if not pairs:
         raise RuntimeError("dpo: no (successful, failed) pairs of the same task in the offline data")
     module = PolicyModule(model, tok, DPO(c.beta), lr=c.lr, micro_batches=run.cfg.micro_batches)
-    with autocast(loop_precision(run.cfg, device_of(model)), device_of(model)):  # the reference's log-probs as the fit's
+    with loop_autocast(run.cfg, model):  # the reference's log-probs as the fit's
         loader = dpo_loader(pairs, module, run.prompt_cfg, c.batch_size, run.cfg.seed)
     fit(run, "dpo", module, loader, epochs=c.epochs)  # (the reference stays the starting policy on resume)
     finish_policy_stage(run, "dpo", module, {"dpo/pairs": len(pairs)})

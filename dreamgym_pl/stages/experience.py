@@ -95,13 +95,13 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     import time
 
     from dreamgym_pl.experience.endings import ending_phase
-    from dreamgym_pl.precision import device_of, loop_precision
+    from dreamgym_pl.precision import loop_precision
 
     e = run.cfg.experience
     t0 = time.time()
     res = ending_phase(model, tok, trajs, fmt, buffer, regular, e.ending_steps, e.ending_lr, e.batch_size,
                        run.cfg.seed + 5, e.grad_clip, e.warmup_steps, run.cfg.micro_batches,
-                       loop_precision(run.cfg, device_of(model)))
+                       loop_precision(run.cfg, model))
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 

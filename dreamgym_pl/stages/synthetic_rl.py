@@ -22,7 +22,7 @@ from dreamgym_pl.experience.format import STOP, TASK_STOP
 from dreamgym_pl.experience.refresh import ExperienceRefresh
 from dreamgym_pl.experience.synthetic_env import SyntheticEnv
 from dreamgym_pl.policy.algos import RLAlgorithm
-from dreamgym_pl.precision import device_of, loop_precision
+from dreamgym_pl.precision import loop_precision
 from dreamgym_pl.rollout.datamodule import RolloutDataModule
 from dreamgym_pl.rollout.sampling import SamplingParams
 from dreamgym_pl.envs.base import root_goal
@@ -181,7 +181,7 @@ def make_refresh(run: Run, algo: RLAlgorithm, module: Any, meter: EnvMeter, expe
     def learn(trajs: list, iteration: int) -> list[float]:
         losses = finetune(model, tok, trajs, experience_format(run), buffer, e.refresh_steps, e.refresh_lr,
                           e.batch_size, refresh_rng(run.cfg.seed, iteration).randrange(2 ** 62), e.grad_clip,
-                          e.terminal_repeat, run.cfg.micro_batches, loop_precision(run.cfg, device_of(model)))
+                          e.terminal_repeat, run.cfg.micro_batches, loop_precision(run.cfg, model))
         run.engine_for("experience", model, tok)  # the synthetic env's engine generates from the new weights
         return losses
 

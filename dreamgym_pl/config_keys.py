@@ -241,7 +241,7 @@ RULES: dict[str, Rule] = {
     # ----- engine (conf/engine) ----------------------------------------------------------------
     "engine.name": one_of("hf", "vllm"),
     "engine.micro_batch": POS_INT,
-    "engine.cache": one_of("dynamic", "static"),
+    "engine.cache": one_of("dynamic", "static", "filled"),
     "engine.gpu_memory_utilization": number(0, 1, lo_open=True),
     "engine.enforce_eager": BOOL,
     "engine.max_model_len": POS_INT,

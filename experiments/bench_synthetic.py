@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--caches", nargs="+", default=None, choices=["dynamic", "static"],
+    ap.add_argument("--caches", nargs="+", default=None, choices=["dynamic", "static", "filled"],
                     help="measure only the synthetic episodes, once per generation KV cache (engine.cache), in this "
                          "order, each from the same seed: the ratio of the first to each other")
     ap.add_argument("--seed", type=int, default=0)

@@ -7,11 +7,16 @@ the trainer's module; a weight push for engines that hold their own copy).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import torch
 
+from dreamgym_pl.rollout.kv_cache import FilledCache
 from dreamgym_pl.rollout.sampling import Completion, GenerationEngine, SamplingParams, cut_at_stop, tokens_through_stop
+
+
+CACHES = ("dynamic", "static", "filled")  # engine.cache (conf/engine/hf.yaml)
 
 
 class HFEngine:
@@ -20,8 +25,8 @@ class HFEngine:
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64,
                  cache: str = "static"):
-        if cache not in ("dynamic", "static"):
-            raise ValueError(f"engine.cache: unknown cache {cache!r} (dynamic, static)")
+        if cache not in CACHES:
+            raise ValueError(f"engine.cache: unknown cache {cache!r} ({', '.join(CACHES)})")
         self.model = model
         self.cache = cache
         self.tokenizer = tokenizer
@@ -61,9 +66,17 @@ class HFEngine:
         if self.cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
             # no automatic torch.compile (transformers compiles a static cache's forward on GPUs): measured on CPU only
             gen_kwargs.update(cache_implementation="static", disable_compile=True)
+        elif self.cache == "filled":  # in place, sized for this call, attention over the filled positions only
+            if not FilledCache.supports(model.config):
+                raise ValueError(f"engine.cache=filled: {type(model).__name__} has layers other than full attention; "
+                                 "use engine.cache=static")
+            size = enc["input_ids"].shape[1] + params.max_new_tokens
+            gen_kwargs.update(past_key_values=FilledCache(model.config, max_cache_len=size), disable_compile=True)
         if not greedy:
             gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
-        res = model.generate(**enc, **gen_kwargs)
+        with warnings.catch_warnings():  # transformers 5.2x renames generate's past_key_values to cache, 4.x lacks cache
+            warnings.filterwarnings("ignore", message=".*past_key_values.* is deprecated", category=FutureWarning)
+            res = model.generate(**enc, **gen_kwargs)
         seqs = res.sequences[:, enc["input_ids"].shape[1]:]
         # log-probs of the chosen tokens under the sampling distribution: generate's scores are the logits after its
         # processors (temperature, top-p) already; dividing by the temperature again scored them at T^2

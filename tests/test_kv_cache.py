@@ -1,0 +1,84 @@
+"""engine.cache=filled (dreamgym_pl/rollout/kv_cache.py): attention reads only the filled positions, and generation
+gives what the static and dynamic caches give."""
+
+import pytest
+import torch
+
+from test_engine import _tiny_model_and_tokenizer
+
+
+def test_filled_layer_returns_the_filled_prefix_and_sizes_the_mask_to_it():
+    from dreamgym_pl.rollout.kv_cache import FilledLayer
+
+    layer = FilledLayer(max_cache_len=10)
+    k = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)  # batch 2, 3 heads, 4 positions
+    assert layer.get_mask_sizes(4) == (4, 0)  # asked before the prefill's update
+    keys, values = layer.update(k, -k)
+    assert keys.shape == (2, 3, 4, 5) and torch.equal(keys, k) and torch.equal(values, -k)
+    assert layer.keys.shape == (2, 3, 10, 5)  # allocated once, whole
+    one = torch.ones(2, 3, 1, 5)
+    assert layer.get_mask_sizes(1) == (5, 0)
+    keys, _ = layer.update(one, one)
+    assert keys.shape == (2, 3, 5, 5) and torch.equal(keys[:, :, 4:], one) and torch.equal(keys[:, :, :4], k)
+    assert keys.data_ptr() == layer.keys.data_ptr()  # a view of the buffer, not a copy
+    with pytest.raises(ValueError, match="exceed its 10"):
+        layer.update(torch.ones(2, 3, 6, 5), torch.ones(2, 3, 6, 5))
+    layer.reset()
+    assert layer.filled == 0 and layer.get_mask_sizes(2) == (2, 0)
+
+
+def test_filled_cache_generates_what_the_other_caches_generate():
+    """Greedy and sampled (the same seed): the same tokens as static and dynamic on a left-padded batch of prompts of
+    different lengths, log-probs equal up to rounding; each call sizes its own cache."""
+    from dreamgym_pl.rollout.engine import HFEngine
+    from dreamgym_pl.rollout.kv_cache import FilledCache
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    model, tok = _tiny_model_and_tokenizer(3.0)
+    caches = []
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        caches.append(kwargs.get("past_key_values"))
+        return generate(*args, **kwargs)
+
+    model.generate = spy
+    prompts = ["a b c", "d", "e f g h a b c d e f", "h g"]
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, max_new_tokens=12)
+        out = {}
+        for cache in ("dynamic", "static", "filled"):
+            torch.manual_seed(3)
+            out[cache] = HFEngine(model, tok, cache=cache, micro_batch=2).generate(prompts, params)
+        lengths = [len(c.token_ids) for c in out["dynamic"]]
+        assert (min(lengths) if temperature == 0 else max(lengths)) > 1  # generated past the first token
+        for cache in ("static", "filled"):
+            assert [c.token_ids for c in out[cache]] == [c.token_ids for c in out["dynamic"]], (cache, temperature)
+            for a, b in zip(out[cache], out["dynamic"]):
+                assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0.0) < 1e-4
+    filled = [c for c in caches if c is not None]
+    assert len(filled) == 4 and all(isinstance(c, FilledCache) for c in filled)
+    # micro-batches of 2: each cache holds its own call's longest prompt + max_new_tokens, filled as far as generated
+    assert [c.layers[0].max_cache_len for c in filled[:2]] == [3 + 12, 10 + 12]
+    assert all(c.layers[0].filled <= c.layers[0].max_cache_len for c in filled)
+
+
+def test_filled_cache_refuses_sliding_window_models():
+    from transformers import MistralConfig
+
+    from dreamgym_pl.rollout.engine import HFEngine
+    from dreamgym_pl.rollout.kv_cache import FilledCache
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    model, tok = _tiny_model_and_tokenizer()
+    assert FilledCache.supports(model.config)
+    sliding = MistralConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                            num_attention_heads=2, num_key_value_heads=2, sliding_window=4)
+    assert not FilledCache.supports(sliding)
+    with pytest.raises(ValueError, match="other than full attention"):
+        FilledCache(sliding, max_cache_len=8)
+    model.config.sliding_window = None
+    engine = HFEngine(model, tok, cache="filled")
+    model.config = sliding  # the engine checks the model it generates with
+    with pytest.raises(ValueError, match="engine.cache=filled"):
+        engine.generate(["a b"], SamplingParams(temperature=0.0, max_new_tokens=2))

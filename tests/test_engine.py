@@ -1,7 +1,5 @@
 """Generation engine helpers: the trained response tokens are exactly those that produced the action."""
 
-from pathlib import Path
-
 from dreamgym_pl.rollout.sampling import cut_at_stop, tokens_through_stop
 
 PIECES = ["click", "[", "item", " 1", "]", "<eos>", "junk"]
@@ -64,16 +62,13 @@ def test_hf_engine_logprobs_are_the_sampling_distributions():
 
 
 def test_hf_engine_static_cache_generates_what_the_dynamic_one_does():
-    """engine.cache=static: the same greedy tokens and log-probs as the default dynamic cache, on a left-padded
-    batch of prompts of different lengths; an unknown cache is refused, naming the key."""
+    """engine.cache=static: the same greedy tokens and log-probs as the dynamic cache, on a left-padded batch of
+    prompts of different lengths (micro-batches of 2: a long batch, then a short one, on one model); an unknown
+    cache is refused, naming the key. The default (filled): tests/test_kv_cache.py."""
     import pytest
 
     from dreamgym_pl.rollout.engine import HFEngine
     from dreamgym_pl.rollout.sampling import SamplingParams
-
-    from omegaconf import OmegaConf
-
-    from dreamgym_pl.rollout.engine import make_engine
 
     model, tok = _tiny_model_and_tokenizer(3.0)
     asked = []
@@ -88,10 +83,7 @@ def test_hf_engine_static_cache_generates_what_the_dynamic_one_does():
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     dyn = HFEngine(model, tok, cache="dynamic").generate(prompts, params)
     assert asked == [None]
-    # the default of conf/engine/hf.yaml, micro-batches of 2: a long batch, then a short one, on one model
-    hf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "engine" / "hf.yaml")
-    engine = make_engine(hf, model, tok, micro_batch=2)
-    assert engine.cache == "static"
+    engine = HFEngine(model, tok, cache="static", micro_batch=2)
     sta = engine.generate([prompts[2], prompts[0], prompts[1], prompts[3]], params)
     sta = [sta[1], sta[2], sta[0], sta[3]]
     assert asked[1:] == ["static", "static"]

@@ -63,7 +63,7 @@ def test_filled_cache_generates_what_the_other_caches_generate():
     assert all(c.layers[0].filled <= c.layers[0].max_cache_len for c in filled)
 
 
-def test_filled_cache_refuses_sliding_window_models():
+def test_filled_cache_refuses_sliding_window_models_and_the_engine_falls_back_to_static(caplog):
     from transformers import MistralConfig
 
     from dreamgym_pl.rollout.engine import HFEngine
@@ -77,8 +77,48 @@ def test_filled_cache_refuses_sliding_window_models():
     assert not FilledCache.supports(sliding)
     with pytest.raises(ValueError, match="other than full attention"):
         FilledCache(sliding, max_cache_len=8)
-    model.config.sliding_window = None
+    asked = []
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        asked.append((kwargs.get("cache_implementation"), kwargs.get("past_key_values")))
+        return generate(*args, **kwargs)
+
+    model.generate = spy
     engine = HFEngine(model, tok, cache="filled")
-    model.config = sliding  # the engine checks the model it generates with
-    with pytest.raises(ValueError, match="engine.cache=filled"):
-        engine.generate(["a b"], SamplingParams(temperature=0.0, max_new_tokens=2))
+    supports = FilledCache.supports
+    FilledCache.supports = staticmethod(lambda config: False)  # the engine's model stands for a sliding-window one
+    try:
+        with caplog.at_level("WARNING", logger="dreamgym_pl"):
+            for _ in range(2):
+                engine.generate(["a b"], SamplingParams(temperature=0.0, max_new_tokens=2))
+    finally:
+        FilledCache.supports = supports
+    assert asked == [("static", None), ("static", None)]
+    assert sum("generating with the static cache instead" in r.message for r in caplog.records) == 1
+
+
+def test_the_default_engine_generates_with_a_filled_cache():
+    """conf/engine/hf.yaml's default: every generate call gets its own FilledCache."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from dreamgym_pl.rollout.engine import make_engine
+    from dreamgym_pl.rollout.kv_cache import FilledCache
+    from dreamgym_pl.rollout.sampling import SamplingParams
+
+    model, tok = _tiny_model_and_tokenizer(3.0)
+    caches = []
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        caches.append(kwargs.get("past_key_values"))
+        return generate(*args, **kwargs)
+
+    model.generate = spy
+    hf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "engine" / "hf.yaml")
+    engine = make_engine(hf, model, tok, micro_batch=2)
+    assert engine.cache == "filled"
+    engine.generate(["a b c", "d", "e f g"], SamplingParams(temperature=0.0, max_new_tokens=4))
+    assert len(caches) == 2 and all(isinstance(c, FilledCache) for c in caches) and caches[0] is not caches[1]

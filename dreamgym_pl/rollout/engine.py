@@ -7,6 +7,7 @@ the trainer's module; a weight push for engines that hold their own copy).
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any, Sequence
 
@@ -15,6 +16,8 @@ import torch
 from dreamgym_pl.rollout.kv_cache import FilledCache
 from dreamgym_pl.rollout.sampling import Completion, GenerationEngine, SamplingParams, cut_at_stop, tokens_through_stop
 
+
+log = logging.getLogger("dreamgym_pl")
 
 CACHES = ("dynamic", "static", "filled")  # engine.cache (conf/engine/hf.yaml)
 
@@ -33,6 +36,7 @@ class HFEngine:
         self.max_prompt_tokens = max_prompt_tokens
         self.micro_batch = micro_batch
         self.generated_tokens = 0
+        self._warned = False  # the filled cache's fallback is logged once
 
     def load_weights(self, model: Any) -> None:
         self.model = model
@@ -63,13 +67,17 @@ class HFEngine:
         gen_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy,
                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                           output_scores=True, return_dict_in_generate=True)
-        if self.cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
+        cache = self.cache
+        if cache == "filled" and not FilledCache.supports(model.config):
+            if not self._warned:
+                log.warning("engine.cache=filled: %s has layers other than full attention (sliding windows, ...); "
+                            "generating with the static cache instead", type(model).__name__)
+                self._warned = True
+            cache = "static"
+        if cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
             # no automatic torch.compile (transformers compiles a static cache's forward on GPUs): measured on CPU only
             gen_kwargs.update(cache_implementation="static", disable_compile=True)
-        elif self.cache == "filled":  # in place, sized for this call, attention over the filled positions only
-            if not FilledCache.supports(model.config):
-                raise ValueError(f"engine.cache=filled: {type(model).__name__} has layers other than full attention; "
-                                 "use engine.cache=static")
+        elif cache == "filled":  # in place, sized for this call, attention over the filled positions only
             size = enc["input_ids"].shape[1] + params.max_new_tokens
             gen_kwargs.update(past_key_values=FilledCache(model.config, max_cache_len=size), disable_compile=True)
         if not greedy:

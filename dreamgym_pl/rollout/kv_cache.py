@@ -44,12 +44,13 @@ class FilledLayer(StaticLayer):
 
 class FilledCache(StaticCache):
     """`StaticCache` of `max_cache_len` positions whose full-attention layers are `FilledLayer`s. A model with
-    other kinds of layers (sliding windows, ...) is refused: `supports` says which configs qualify."""
+    other kinds of layers (sliding windows, ...) is refused: `supports` says which configs qualify (the engine
+    falls back to the static cache for the others)."""
 
     def __init__(self, config: Any, max_cache_len: int):
         super().__init__(config=config, max_cache_len=max_cache_len)
         if not all(type(layer) is StaticLayer for layer in self.layers):
-            raise ValueError("FilledCache: the model has layers other than full attention; use engine.cache=static")
+            raise ValueError("FilledCache: the model has layers other than full attention (engine.cache=static)")
         self.layers = [FilledLayer(max_cache_len=max_cache_len) for _ in self.layers]
 
     @staticmethod

@@ -7,6 +7,20 @@ import torch
 from test_engine import _tiny_model_and_tokenizer
 
 
+def _spied_model():
+    """The test model, its tokenizer, and the keyword arguments of each of its `generate` calls."""
+    model, tok = _tiny_model_and_tokenizer(3.0)
+    calls = []
+    generate = model.generate
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return generate(*args, **kwargs)
+
+    model.generate = spy
+    return model, tok, calls
+
+
 def test_filled_layer_returns_the_filled_prefix_and_sizes_the_mask_to_it():
     from dreamgym_pl.rollout.kv_cache import FilledLayer
 
@@ -34,15 +48,7 @@ def test_filled_cache_generates_what_the_other_caches_generate():
     from dreamgym_pl.rollout.kv_cache import FilledCache
     from dreamgym_pl.rollout.sampling import SamplingParams
 
-    model, tok = _tiny_model_and_tokenizer(3.0)
-    caches = []
-    generate = model.generate
-
-    def spy(*args, **kwargs):
-        caches.append(kwargs.get("past_key_values"))
-        return generate(*args, **kwargs)
-
-    model.generate = spy
+    model, tok, calls = _spied_model()
     prompts = ["a b c", "d", "e f g h a b c d e f", "h g"]
     for temperature in (0.0, 1.0):
         params = SamplingParams(temperature=temperature, max_new_tokens=12)
@@ -56,7 +62,7 @@ def test_filled_cache_generates_what_the_other_caches_generate():
             assert [c.token_ids for c in out[cache]] == [c.token_ids for c in out["dynamic"]], (cache, temperature)
             for a, b in zip(out[cache], out["dynamic"]):
                 assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0.0) < 1e-4
-    filled = [c for c in caches if c is not None]
+    filled = [kw["past_key_values"] for kw in calls if kw.get("past_key_values") is not None]
     assert len(filled) == 4 and all(isinstance(c, FilledCache) for c in filled)
     # micro-batches of 2: each cache holds its own call's longest prompt + max_new_tokens, filled as far as generated
     assert [c.layers[0].max_cache_len for c in filled[:2]] == [3 + 12, 10 + 12]
@@ -70,21 +76,13 @@ def test_filled_cache_refuses_sliding_window_models_and_the_engine_falls_back_to
     from dreamgym_pl.rollout.kv_cache import FilledCache
     from dreamgym_pl.rollout.sampling import SamplingParams
 
-    model, tok = _tiny_model_and_tokenizer()
+    model, tok, calls = _spied_model()
     assert FilledCache.supports(model.config)
     sliding = MistralConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                             num_attention_heads=2, num_key_value_heads=2, sliding_window=4)
     assert not FilledCache.supports(sliding)
     with pytest.raises(ValueError, match="other than full attention"):
         FilledCache(sliding, max_cache_len=8)
-    asked = []
-    generate = model.generate
-
-    def spy(*args, **kwargs):
-        asked.append((kwargs.get("cache_implementation"), kwargs.get("past_key_values")))
-        return generate(*args, **kwargs)
-
-    model.generate = spy
     engine = HFEngine(model, tok, cache="filled")
     supports = FilledCache.supports
     FilledCache.supports = staticmethod(lambda config: False)  # the engine's model stands for a sliding-window one
@@ -94,7 +92,7 @@ def test_filled_cache_refuses_sliding_window_models_and_the_engine_falls_back_to
                 engine.generate(["a b"], SamplingParams(temperature=0.0, max_new_tokens=2))
     finally:
         FilledCache.supports = supports
-    assert asked == [("static", None), ("static", None)]
+    assert [(kw.get("cache_implementation"), kw.get("past_key_values")) for kw in calls] == [("static", None)] * 2
     assert sum("generating with the static cache instead" in r.message for r in caplog.records) == 1
 
 
@@ -108,17 +106,10 @@ def test_the_default_engine_generates_with_a_filled_cache():
     from dreamgym_pl.rollout.kv_cache import FilledCache
     from dreamgym_pl.rollout.sampling import SamplingParams
 
-    model, tok = _tiny_model_and_tokenizer(3.0)
-    caches = []
-    generate = model.generate
-
-    def spy(*args, **kwargs):
-        caches.append(kwargs.get("past_key_values"))
-        return generate(*args, **kwargs)
-
-    model.generate = spy
+    model, tok, calls = _spied_model()
     hf = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "engine" / "hf.yaml")
     engine = make_engine(hf, model, tok, micro_batch=2)
     assert engine.cache == "filled"
     engine.generate(["a b c", "d", "e f g"], SamplingParams(temperature=0.0, max_new_tokens=4))
+    caches = [kw.get("past_key_values") for kw in calls]
     assert len(caches) == 2 and all(isinstance(c, FilledCache) for c in caches) and caches[0] is not caches[1]

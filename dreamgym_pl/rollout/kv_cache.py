@@ -5,8 +5,8 @@ Hugging Face's `StaticCache` hands every layer its whole buffer (prompt + `max_n
 decoding step and masks the unfilled tail, so attention reads positions that hold nothing; its dynamic cache reads
 only what is filled but copies itself whole for every new token. `FilledCache` keeps the in-place writes and
 returns views of the filled prefix, and sizes the attention mask to match. Decoding is memory-bound on these
-models (each step reads every row's keys and values), so the tail is time (measured: README "A filled-prefix KV
-cache"). The filled length is counted in Python (no device read per layer and step).
+models (each step reads every row's keys and values), so the tail is time (measured: README "A filled KV
+cache and smaller budgets"). The filled length is counted in Python (no device read per layer and step).
 """
 
 from __future__ import annotations

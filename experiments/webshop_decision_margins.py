@@ -142,7 +142,7 @@ def main() -> None:
         model.eval()
         algo = algorithm(run)
         engine = HFEngine(model, tok, max_prompt_tokens=run.prompt_cfg.max_tokens, micro_batch=64,
-                          cache=run.cfg.engine.get("cache", "static"))
+                          cache=run.cfg.engine.get("cache", "filled"))
         actor = policy_actor(engine, run.prompt_cfg, run.env, 0.0, algo.cfg.max_new_tokens)
         greedy = actor.engine.generate([r["prompt"] for r in rec.records], actor.params)
         rows = []

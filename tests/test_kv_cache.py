@@ -37,6 +37,8 @@ def test_filled_layer_returns_the_filled_prefix_and_sizes_the_mask_to_it():
     assert keys.data_ptr() == layer.keys.data_ptr()  # a view of the buffer, not a copy
     with pytest.raises(ValueError, match="exceed its 10"):
         layer.update(torch.ones(2, 3, 6, 5), torch.ones(2, 3, 6, 5))
+    layer.crop(-2)  # static layers crop by a negative count; both counts follow
+    assert layer.filled == 3 == int(layer.cumulative_length) and layer.get_mask_sizes(1) == (4, 0)
     layer.reset()
     assert layer.filled == 0 and layer.get_mask_sizes(2) == (2, 0)
 
@@ -66,7 +68,10 @@ def test_filled_cache_generates_what_the_other_caches_generate():
     assert len(filled) == 4 and all(isinstance(c, FilledCache) for c in filled)
     # micro-batches of 2: each cache holds its own call's longest prompt + max_new_tokens, filled as far as generated
     assert [c.layers[0].max_cache_len for c in filled[:2]] == [3 + 12, 10 + 12]
-    assert all(c.layers[0].filled <= c.layers[0].max_cache_len for c in filled)
+    for c in filled:  # generate wrote the prompt and the new tokens through the layers' update
+        for layer in c.layers:
+            assert layer.max_cache_len - 12 < layer.filled <= layer.max_cache_len
+            assert layer.filled == int(layer.cumulative_length)
 
 
 def test_filled_cache_refuses_sliding_window_models_and_the_engine_falls_back_to_static(caplog):
@@ -81,11 +86,18 @@ def test_filled_cache_refuses_sliding_window_models_and_the_engine_falls_back_to
     sliding = MistralConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                             num_attention_heads=2, num_key_value_heads=2, sliding_window=4)
     assert not FilledCache.supports(sliding)
+    from transformers import Qwen2Config
+
+    qwen = dict(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=2, sliding_window=4)
+    assert FilledCache.supports(Qwen2Config(**qwen, use_sliding_window=False))  # Qwen2.5's configs: full attention
+    assert not FilledCache.supports(Qwen2Config(**qwen, use_sliding_window=True, max_window_layers=0))
     with pytest.raises(ValueError, match="other than full attention"):
         FilledCache(sliding, max_cache_len=8)
     engine = HFEngine(model, tok, cache="filled")
     supports = FilledCache.supports
-    FilledCache.supports = staticmethod(lambda config: False)  # the engine's model stands for a sliding-window one
+    # the engine's model stands for one that does not qualify (no sliding-window model is generated with here)
+    FilledCache.supports = staticmethod(lambda config: False)
     try:
         with caplog.at_level("WARNING", logger="dreamgym_pl"):
             for _ in range(2):

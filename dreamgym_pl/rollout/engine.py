@@ -13,7 +13,6 @@ from typing import Any, Sequence
 
 import torch
 
-from dreamgym_pl.rollout.kv_cache import FilledCache
 from dreamgym_pl.rollout.sampling import Completion, GenerationEngine, SamplingParams, cut_at_stop, tokens_through_stop
 
 
@@ -27,7 +26,7 @@ class HFEngine:
     last `max_prompt_tokens` tokens (left truncation, as in training)."""
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_tokens: int = 1024, micro_batch: int = 64,
-                 cache: str = "static"):
+                 cache: str = "filled"):
         if cache not in CACHES:
             raise ValueError(f"engine.cache: unknown cache {cache!r} ({', '.join(CACHES)})")
         self.model = model
@@ -67,22 +66,25 @@ class HFEngine:
         gen_kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy,
                                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                           output_scores=True, return_dict_in_generate=True)
-        cache = self.cache
-        if cache == "filled" and not FilledCache.supports(model.config):
-            if not self._warned:
-                log.warning("engine.cache=filled: %s has layers other than full attention (sliding windows, ...); "
-                            "generating with the static cache instead", type(model).__name__)
-                self._warned = True
-            cache = "static"
+        cache, filled = self.cache, None
+        if cache == "filled":
+            filled = filled_cache_class(model.config)
+            if filled is None:
+                if not self._warned:
+                    log.warning("engine.cache=filled: %s with transformers %s does not qualify (a layer other than "
+                                "full attention, or an older cache API); generating with the static cache instead",
+                                type(model).__name__, transformers_version())
+                    self._warned = True
+                cache = "static"
         if cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
             # no automatic torch.compile (transformers compiles a static cache's forward on GPUs): measured on CPU only
             gen_kwargs.update(cache_implementation="static", disable_compile=True)
         elif cache == "filled":  # in place, sized for this call, attention over the filled positions only
             size = enc["input_ids"].shape[1] + params.max_new_tokens
-            gen_kwargs.update(past_key_values=FilledCache(model.config, max_cache_len=size), disable_compile=True)
+            gen_kwargs.update(past_key_values=filled(model.config, max_cache_len=size), disable_compile=True)
         if not greedy:
             gen_kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
-        with warnings.catch_warnings():  # transformers 5.2x renames generate's past_key_values to cache, 4.x lacks cache
+        with warnings.catch_warnings():  # transformers 5.2x renames generate's past_key_values to cache
             warnings.filterwarnings("ignore", message=".*past_key_values.* is deprecated", category=FutureWarning)
             res = model.generate(**enc, **gen_kwargs)
         seqs = res.sequences[:, enc["input_ids"].shape[1]:]
@@ -116,6 +118,22 @@ class HFEngine:
                 text, _ = cut_at_stop(text, params.stop)
             outs.append(Completion(text=text, token_ids=ids, logprobs=lps))
         return outs
+
+
+def filled_cache_class(config: Any) -> Any:
+    """`FilledCache` when the installed transformers and `config` support it, else None (imported here: older
+    transformers lack the layered caches it builds on)."""
+    try:
+        from dreamgym_pl.rollout.kv_cache import FilledCache
+    except ImportError:
+        return None
+    return FilledCache if FilledCache.supports(config) else None
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any, **overrides: Any) -> GenerationEngine:

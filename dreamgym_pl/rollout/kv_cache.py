@@ -1,5 +1,6 @@
-"""A KV cache for batched decoding on CPU: allocated once per `generate` call, written in place (as Hugging Face's
-static cache), and read only up to the positions filled so far.
+"""A KV cache for batched decoding: allocated once per `generate` call, written in place (as Hugging Face's static
+cache), and read only up to the positions filled so far (`engine.cache: filled`, the default of conf/engine/hf.yaml;
+measured on CPU, GPU unmeasured).
 
 Hugging Face's `StaticCache` hands every layer its whole buffer (prompt + `max_new_tokens` positions) at every
 decoding step and masks the unfilled tail, so attention reads positions that hold nothing; its dynamic cache reads
@@ -7,10 +8,14 @@ only what is filled but copies itself whole for every new token. `FilledCache` k
 returns views of the filled prefix, and sizes the attention mask to match. Decoding is memory-bound on these
 models (each step reads every row's keys and values), so the tail is time (measured: README "A filled KV
 cache and smaller budgets"). The filled length is counted in Python (no device read per layer and step).
+It needs transformers' layered caches with `get_mask_sizes(query_length)` (5.x; `supports` says whether the
+installed version and the model's config qualify; the engine falls back to the static cache where not). Shapes change
+at every step, so it is never compiled (the engine passes `disable_compile=True`).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -37,6 +42,10 @@ class FilledLayer(StaticLayer):
     def get_mask_sizes(self, query_length: int, *args: Any, **kwargs: Any) -> tuple[int, int]:
         return self.filled + query_length, 0  # asked before the forward's update: what attention will read
 
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)  # static layers crop by a negative count
+        self.filled -= abs(tokens_to_remove)
+
     def reset(self) -> None:
         super().reset()
         self.filled = 0
@@ -55,6 +64,10 @@ class FilledCache(StaticCache):
 
     @staticmethod
     def supports(config: Any) -> bool:
+        """Whether this transformers version asks a layer for its mask size by query length (what `FilledLayer`
+        answers) and every layer of `config`'s model is plain full attention."""
+        if list(inspect.signature(StaticLayer.get_mask_sizes).parameters)[1:2] != ["query_length"]:
+            return False
         try:
             return all(type(layer) is StaticLayer for layer in StaticCache(config=config, max_cache_len=1).layers)
         except Exception:  # a config StaticCache cannot read

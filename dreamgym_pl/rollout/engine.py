@@ -35,7 +35,8 @@ class HFEngine:
         self.max_prompt_tokens = max_prompt_tokens
         self.micro_batch = micro_batch
         self.generated_tokens = 0
-        self._warned = False  # the filled cache's fallback is logged once
+        self._filled_for: Any = None  # the model config whose filled-cache support was last checked
+        self._filled: Any = None  # FilledCache where that config qualifies, else None (static; logged once)
 
     def load_weights(self, model: Any) -> None:
         self.model = model
@@ -68,13 +69,16 @@ class HFEngine:
                                           output_scores=True, return_dict_in_generate=True)
         cache, filled = self.cache, None
         if cache == "filled":
-            filled = filled_cache_class(model.config)
-            if filled is None:
-                if not self._warned:
+            if self._filled_for is not model.config:  # asked once per model config, not per call
+                self._filled_for, self._filled = model.config, filled_cache_class(model.config)
+                if self._filled is None:
+                    import transformers
+
                     log.warning("engine.cache=filled: %s with transformers %s does not qualify (a layer other than "
                                 "full attention, or an older cache API); generating with the static cache instead",
-                                type(model).__name__, transformers_version())
-                    self._warned = True
+                                type(model).__name__, transformers.__version__)
+            filled = self._filled
+            if filled is None:
                 cache = "static"
         if cache == "static":  # written in place: a dynamic cache copies itself whole for every new token
             # no automatic torch.compile (transformers compiles a static cache's forward on GPUs): measured on CPU only
@@ -128,12 +132,6 @@ def filled_cache_class(config: Any) -> Any:
     except ImportError:
         return None
     return FilledCache if FilledCache.supports(config) else None
-
-
-def transformers_version() -> str:
-    import transformers
-
-    return transformers.__version__
 
 
 def make_engine(cfg: Any, model: Any, tokenizer: Any, **overrides: Any) -> GenerationEngine:

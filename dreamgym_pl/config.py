@@ -26,7 +26,7 @@ def _require(cond: bool, key: str, msg: str) -> None:
 
 def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     from dreamgym_pl.envs.base import known_envs
-    from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm
+    from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm, stage_algo_config
     from dreamgym_pl.rollout.datamodule import episodes_per_task
     from dreamgym_pl.stages import STAGES
 
@@ -84,13 +84,20 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
                  "sizes only the embedded tiny experience model (model.name_or_path=tiny); a pretrained one has its "
                  "own size: set it to null")
     _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")
+    algo = OmegaConf.to_container(cfg.algo, resolve=True)
+    stage_algos = {"rl": algo}
     try:
-        rl_algorithm(OmegaConf.to_container(cfg.algo, resolve=True))
+        rl_algorithm(algo)
+        s2r_algo = OmegaConf.select(cfg, "s2r.algo")
+        stage_algos["s2r"] = stage_algo_config(algo, OmegaConf.to_container(s2r_algo, resolve=True)
+                                               if s2r_algo is not None else None, "s2r")
+        rl_algorithm(stage_algos["s2r"])
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
     for stage in ("rl", "s2r"):  # a hard budget below one task's longest episodes would run no iteration at all
         budget = _get(cfg, f"{stage}.real_budget")
-        per_task = episodes_per_task(_get(cfg, "algo.group_size") or 1, _get(cfg, "algo.baseline") or "group") \
+        a = stage_algos[stage]
+        per_task = episodes_per_task(a.get("group_size") or 1, a.get("baseline") or "group") \
             * (_get(cfg, "env.max_steps") or 1)
         if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
             raise ConfigError(f"{stage}.real_budget: {budget} fits not one task under {stage}.budget_cap (its episodes "

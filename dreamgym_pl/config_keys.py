@@ -63,6 +63,8 @@ RULES: dict[str, Rule] = {
     "s2r.tasks_per_iter": POS_INT,
     "s2r.max_iters": POS_INT,
     "*.budget_cap": BOOL,  # rl and s2r
+    # s2r.algo.<key>: the rule of algo.<key> (rule_for); the mapping itself:
+    "s2r.algo": Rule(lambda v: hasattr(v, "keys"), "a mapping of algo keys -> values ({} for none)", 3),
     # ----- experience model --------------------------------------------------------------------
     "experience.reasoning": BOOL,
     "experience.history": NONNEG_INT,
@@ -256,6 +258,10 @@ RULES: dict[str, Rule] = {
 def rule_for(key: str) -> Rule | None:
     if key in RULES:
         return RULES[key]
+    if key.startswith("s2r.algo."):  # a stage's algo override has its algo key's rule
+        if key == "s2r.algo.name":
+            return Rule(lambda v: False, "left out: a stage keeps algo.name, its policy's algorithm", "ppo")
+        return RULES.get("algo." + key[len("s2r.algo."):])
     for pat, rule in RULES.items():
         if "*" in pat and fnmatch.fnmatchcase(key, pat) and key.count(".") == pat.count("."):
             return rule

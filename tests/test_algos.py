@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dreamgym_pl.core import Observation, Task, Trajectory, Transition
-from dreamgym_pl.policy.algos import GRPO, RL_ALGORITHMS, GRPOConfig, rl_algorithm
+from dreamgym_pl.policy.algos import GRPO, RL_ALGORITHMS, GRPOConfig, rl_algorithm, stage_algo_config
 from dreamgym_pl.policy.algos.base import step_rewards, trajectory_return
 from dreamgym_pl.policy.samples import StepSample
 from tests.conftest import ROOT
@@ -27,6 +27,29 @@ def test_lookup_by_name():
         rl_algorithm({"name": "a2c"})
     with pytest.raises(KeyError, match="algo.gae_lambda"):
         rl_algorithm({"name": "grpo", "gae_lambda": 0.9})
+
+
+def test_stage_algo_config_puts_a_stages_overrides_in():
+    algo = {"name": "grpo", "lr": 1e-4, "warmup_steps": 10}
+    assert stage_algo_config(algo, {"warmup_steps": 0}, "s2r") == {"name": "grpo", "lr": 1e-4, "warmup_steps": 0}
+    assert stage_algo_config(algo, None, "s2r") == algo and algo["warmup_steps"] == 10  # a copy: algo unchanged
+    with pytest.raises(KeyError, match="s2r.algo.gamma: not a key of algo='grpo'"):
+        stage_algo_config(algo, {"gamma": 0.9}, "s2r")
+    with pytest.raises(KeyError, match="s2r.algo.name: a stage cannot change the algorithm"):
+        stage_algo_config(algo, {"name": "ppo"}, "s2r")
+
+
+def test_a_stage_gets_its_own_algorithm_config():
+    """algorithm(run, "s2r") reads s2r.algo; the other RL stages keep algo."""
+    from types import SimpleNamespace
+
+    from dreamgym_pl.stages.policy import algorithm
+    from tests.conftest import compose
+
+    run = SimpleNamespace(cfg=compose(["conf=webshop_s2r", "+s2r.algo.warmup_steps=0", "+s2r.algo.lr=2e-4"]))
+    s2r, rl = algorithm(run, "s2r").cfg, algorithm(run, "rl").cfg
+    assert (s2r.warmup_steps, s2r.lr, rl.warmup_steps, rl.lr) == (0, 2e-4, 10, 1e-4)
+    assert algorithm(run).cfg == rl
 
 
 def _traj(task: str, rewards: list[float], invalid: list[bool], success: bool) -> Trajectory:

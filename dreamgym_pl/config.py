@@ -88,9 +88,8 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     stage_algos = {"rl": algo}
     try:
         rl_algorithm(algo)
-        s2r_algo = OmegaConf.select(cfg, "s2r.algo")
-        stage_algos["s2r"] = stage_algo_config(algo, OmegaConf.to_container(s2r_algo, resolve=True)
-                                               if s2r_algo is not None else None, "s2r")
+        s2r_algo = OmegaConf.select(cfg, "s2r.algo")  # a mapping: check_keys has run
+        stage_algos["s2r"] = stage_algo_config(algo, OmegaConf.to_container(s2r_algo, resolve=True), "s2r")
         rl_algorithm(stage_algos["s2r"])
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
@@ -100,8 +99,11 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         per_task = episodes_per_task(a.get("group_size") or 1, a.get("baseline") or "group") \
             * (_get(cfg, "env.max_steps") or 1)
         if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
+            size = f"{stage}.algo.group_size" if stage == "s2r" and a.get("group_size") != algo.get("group_size") \
+                else "algo.group_size"
             raise ConfigError(f"{stage}.real_budget: {budget} fits not one task under {stage}.budget_cap (its episodes "
-                              f"may take {per_task} transitions: algo.group_size x env.max_steps); raise it or set "
+                              f"may take {per_task} transitions: {size} (+1 greedy episode with algo.baseline greedy "
+                              f"or group_greedy) x env.max_steps); raise it or set "
                               f"{stage}.budget_cap=false")
     off = _get(cfg, "offline_file")
     has_offline = bool(off) or (run_dir is not None and (Path(run_dir) / "offline" / "transitions.jsonl").exists())

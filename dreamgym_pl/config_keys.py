@@ -261,6 +261,8 @@ def rule_for(key: str) -> Rule | None:
     if key.startswith("s2r.algo."):  # a stage's algo override has its algo key's rule
         if key == "s2r.algo.name":
             return Rule(lambda v: False, "left out: a stage keeps algo.name, its policy's algorithm", "ppo")
+        if key == "s2r.algo.max_new_tokens":  # evaluation decodes with algo.max_new_tokens: one bound for both
+            return Rule(lambda v: False, "left out: evaluation bounds actions by algo.max_new_tokens; set that", 32)
         return RULES.get("algo." + key[len("s2r.algo."):])
     for pat, rule in RULES.items():
         if "*" in pat and fnmatch.fnmatchcase(key, pat) and key.count(".") == pat.count("."):

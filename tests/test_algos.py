@@ -52,6 +52,31 @@ def test_a_stage_gets_its_own_algorithm_config():
     assert algorithm(run).cfg == rl
 
 
+def test_real_rl_trains_s2r_with_its_own_algorithm(monkeypatch):
+    """The s2r stage's module is built with s2r.algo's settings; the rl stage's with algo's."""
+    from types import SimpleNamespace
+
+    import dreamgym_pl.stages.rl as rl_stage
+    from tests.conftest import compose
+
+    class Built(Exception):
+        pass
+
+    def capture(run, model, tok, algo, state):
+        raise Built(algo.cfg)
+
+    monkeypatch.setattr(rl_stage, "load_rl_checkpoint", lambda run, stage: (None, None, None))
+    monkeypatch.setattr(rl_stage, "stage_replay", lambda run, stage, vdir: None)
+    monkeypatch.setattr(rl_stage, "OnlineReplay", lambda *a: None)
+    monkeypatch.setattr(rl_stage, "rl_module", capture)
+    run = SimpleNamespace(cfg=compose(["conf=webshop_s2r", "+s2r.algo.warmup_steps=0", "+s2r.algo.lr=2e-4"]),
+                          env=SimpleNamespace(explain=None))
+    for stage, want in (("s2r", (0, 2e-4)), ("rl", (10, 1e-4))):
+        with pytest.raises(Built) as built:
+            rl_stage.real_rl(run, stage, 600, 8, 10)
+        assert (built.value.args[0].warmup_steps, built.value.args[0].lr) == want
+
+
 def _traj(task: str, rewards: list[float], invalid: list[bool], success: bool) -> Trajectory:
     t = Task(task, task)
     trs = [Transition(t, i, Observation("s"), "a", Observation("s"), r, i == len(rewards) - 1, info={"invalid": inv})

@@ -216,6 +216,7 @@ def test_s2r_algo_overrides_are_checked_by_the_algo_keys_rules(tmp_path):
                             ("+s2r.algo.lr=0", "^s2r.algo.lr: must be"),
                             ("+s2r.algo.gamma=0.9", "^s2r.algo.gamma: not a key of algo='grpo'"),
                             ("+s2r.algo.name=ppo", "^s2r.algo.name: must be left out"),
+                            ("+s2r.algo.max_new_tokens=32", "^s2r.algo.max_new_tokens: must be left out"),
                             ("+s2r.algo.nope=1", "^s2r.algo.nope: unknown key")]:
         with pytest.raises(ConfigError, match=match):
             validate(compose(["conf=webshop_s2r", override]), tmp_path)
@@ -224,5 +225,7 @@ def test_s2r_algo_overrides_are_checked_by_the_algo_keys_rules(tmp_path):
 def test_s2r_algo_group_size_sets_the_capped_budget_check(tmp_path):
     """The budget check of s2r uses S2R's own group size: 4 x 10 steps fit in 40, 8 x 10 do not."""
     validate(compose(["conf=webshop_s2r", "s2r.real_budget=40", "+s2r.algo.group_size=4"]), tmp_path)
-    with pytest.raises(ConfigError, match="^s2r.real_budget: 40 fits not one task"):
+    with pytest.raises(ConfigError, match="^s2r.real_budget: 40 fits not one task.*: algo.group_size"):
         validate(compose(["conf=webshop_s2r", "s2r.real_budget=40"]), tmp_path)
+    with pytest.raises(ConfigError, match="^s2r.real_budget: 30 fits not one task.*: s2r.algo.group_size"):
+        validate(compose(["conf=webshop_s2r", "s2r.real_budget=30", "+s2r.algo.group_size=4"]), tmp_path)

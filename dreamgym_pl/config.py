@@ -24,9 +24,20 @@ def _require(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
+def stage_algo(cfg: DictConfig, stage: str | None = None) -> dict[str, Any]:
+    """The `algo` config as a dict; for `stage`, with that stage's `<stage>.algo` overrides (s2r) put in."""
+    from dreamgym_pl.policy.algos import stage_algo_config
+
+    algo = OmegaConf.to_container(cfg.algo, resolve=True)
+    overrides = OmegaConf.select(cfg, f"{stage}.algo") if stage else None
+    if overrides is None:
+        return algo
+    return stage_algo_config(algo, OmegaConf.to_container(overrides, resolve=True), stage)
+
+
 def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     from dreamgym_pl.envs.base import known_envs
-    from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm, stage_algo_config
+    from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm
     from dreamgym_pl.rollout.datamodule import episodes_per_task
     from dreamgym_pl.stages import STAGES
 
@@ -88,8 +99,7 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     stage_algos = {"rl": algo}
     try:
         rl_algorithm(algo)
-        s2r_algo = OmegaConf.select(cfg, "s2r.algo")  # a mapping: check_keys has run
-        stage_algos["s2r"] = stage_algo_config(algo, OmegaConf.to_container(s2r_algo, resolve=True), "s2r")
+        stage_algos["s2r"] = stage_algo(cfg, "s2r")  # s2r.algo is a mapping: check_keys has run
         rl_algorithm(stage_algos["s2r"])
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from omegaconf import OmegaConf
 
 from dreamgym_pl import dist
-from dreamgym_pl.policy.algos import RLAlgorithm, rl_algorithm, stage_algo_config
+from dreamgym_pl.policy.algos import RLAlgorithm, rl_algorithm
 from dreamgym_pl.core import Trajectory, from_dict, iter_jsonl, write_jsonl
 from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json, reading
 from dreamgym_pl.stages.context import Run
@@ -50,11 +49,9 @@ def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str, outcomes: Pat
 
 def algorithm(run: Run, stage: str | None = None) -> RLAlgorithm:
     """The RL algorithm of `algo`; for `stage`, with that stage's `<stage>.algo` overrides (s2r) put in."""
-    algo = OmegaConf.to_container(run.cfg.algo, resolve=True)
-    overrides = OmegaConf.select(run.cfg, f"{stage}.algo") if stage else None
-    if overrides is not None:
-        algo = stage_algo_config(algo, OmegaConf.to_container(overrides, resolve=True), stage)
-    return rl_algorithm(algo)
+    from dreamgym_pl.config import stage_algo
+
+    return rl_algorithm(stage_algo(run.cfg, stage))
 
 
 # ----- RL checkpoints -------------------------------------------------------------------------------

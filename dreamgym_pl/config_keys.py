@@ -125,6 +125,7 @@ RULES: dict[str, Rule] = {
     "replay.max_size": nullable(POS_INT),
     "curriculum.lambda_": PROB,
     "curriculum.max_uses": NONNEG_INT,
+    "curriculum.candidates": POS_INT,
     "curriculum.min_variance": number(0, 0.25, lo_open=True),
     "curriculum.num_seeds": POS_INT,
     "curriculum.train_examples": NONNEG_INT,

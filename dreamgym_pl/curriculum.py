@@ -169,6 +169,12 @@ def accept_all(instruction: str, seed: Task) -> str | None:
     return None
 
 
+def candidate_seeds(seeds: Sequence[str], candidates: int) -> list[str]:
+    """The seed of each generation an iteration asks for: every seed `candidates` times, seed by seed (with 1,
+    the seeds themselves)."""
+    return [s for s in seeds for _ in range(candidates)]
+
+
 def variation_pairs(tasks: Sequence[Task], family: Callable[[Task], str], n: int,
                     rng: random.Random) -> list[tuple[Task, Task]]:
     """`n` (seed, variation) training pairs for the task generator: the seed drawn uniformly from the tasks
@@ -217,13 +223,18 @@ class Curriculum:
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
                  state: CurriculumState | None = None, held_out: Sequence[str] = (),
                  check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8,
-                 max_uses: int = 0):
+                 max_uses: int = 0, candidates: int = 1):
         """`held_out`: instructions a generated task must never equal (the val and test tasks'); equality is
         by `text_key`, so a detokenised generation and a real instruction compare like with like.
         `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs.
-        `max_uses`: batches a generated task may join (0: no limit; then the newest ones join every batch)."""
+        `max_uses`: batches a generated task may join (0: no limit; then the newest ones join every batch).
+        `candidates`: generations sampled per seed in an iteration (`curriculum.candidates`); each is judged and
+        every accepted one joins (a later candidate equal to an accepted one is rejected as existing)."""
         max_generated(batch_size, max_share)  # validates lambda
         usable([], {}, max_uses)  # validates max_uses
+        if candidates < 1:
+            raise ValueError(f"curriculum.candidates: must be >= 1, got {candidates}")
+        self.candidates = candidates
         self.max_uses = max_uses
         self.original = list(original)
         self.generate = generate
@@ -253,8 +264,9 @@ class Curriculum:
         self.last_new, self.last_examples = [], []
         seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
         counts = {"parsed": 0, "valid": 0, "new": 0}
-        texts = self.generate([task_generation_prompt(by_id[s].instruction) for s in seeds]) if seeds else []
-        for sid, text in zip(seeds, texts):
+        asked = candidate_seeds(seeds, self.candidates)
+        texts = self.generate([task_generation_prompt(by_id[s].instruction) for s in asked]) if asked else []
+        for sid, text in zip(asked, texts):
             parent = by_id[sid]
             instr, flags, why = judge_generation(text, parent, self.known, self.check_task, self.max_words)
             for k, v in flags.items():

@@ -198,3 +198,40 @@ def test_max_uses_limits_how_often_a_generated_task_joins_a_batch():
     assert [sum(t.parent_id is not None for t in b) for b in [first, *rest]] == [2, 0, 0]
     assert cur.state.uses == {"gen-0": 1, "gen-1": 1} and all(len(b) == 4 for b in rest)
     assert cur.state.shares == [0.5, 0.0, 0.0]
+
+
+def test_candidate_seeds_hand_values():
+    from dreamgym_pl.curriculum import candidate_seeds
+
+    assert candidate_seeds(["a", "b"], 1) == ["a", "b"]
+    assert candidate_seeds(["a", "b"], 3) == ["a", "a", "a", "b", "b", "b"]
+    assert candidate_seeds([], 4) == []
+
+
+def test_candidates_per_seed_are_each_judged_and_every_accepted_one_joins():
+    from types import SimpleNamespace
+
+    from dreamgym_pl.curriculum import Curriculum
+
+    train = [Task(f"t{i}", f"buy tea {i}") for i in range(6)]
+    asked = []
+
+    def generate(prompts):
+        asked.extend(prompts)
+        # seed t0's three candidates: a good one, the same again, an unparseable one; t1's: an existing
+        # instruction, one the check refuses, a good one
+        return ["<task> buy green tea </task>", "<task> buy green tea </task>", "buy", "<task> buy tea 3 </task>",
+                "<task> buy coffee </task>", "<task> buy black tea </task>"]
+
+    cur = Curriculum(train, generate, lambda trajs: {"t0": 0.25, "t1": 0.1875}, max_share=0.5, min_variance=0.05,
+                     num_seeds=2, batch_size=4, max_uses=1, candidates=3,
+                     check_task=lambda instr, seed: None if "tea" in instr else "not a tea")
+    first = cur.sample([SimpleNamespace(task=t) for t in train])
+    assert len(asked) == 6 and asked[0] == asked[2] and "buy tea 0" in asked[0] and "buy tea 1" in asked[3]
+    assert [t.instruction for t in cur.state.generated] == ["buy green tea", "buy black tea"]
+    assert [t.parent_id for t in cur.state.generated] == ["t0", "t1"]
+    assert (cur.state.attempts, cur.state.accepted, cur.state.rejected) == (6, 2, 4)
+    assert cur.totals()["curriculum/generation_valid_share"] == pytest.approx(4 / 6)  # the coffee and "buy" fail
+    assert sum(t.parent_id is not None for t in first) == 2
+    with pytest.raises(ValueError, match="curriculum.candidates"):
+        Curriculum(train, generate, lambda trajs: {}, 0.5, 0.05, 2, 4, candidates=0)

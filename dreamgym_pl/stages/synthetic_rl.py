@@ -110,7 +110,8 @@ def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path 
                      lambda trajs: algo.task_values(trajs, embed, c.num_clusters), c.lambda_, c.min_variance,
                      c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state,
                      held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)],
-                     check_task=run.env.check_generated_task, max_uses=c.max_uses)
+                     check_task=run.env.check_generated_task, max_uses=c.max_uses,
+                     candidates=c.candidates)
     if raw is not None:
         version, internal, gauss = raw["rng"]
         cur.rng.setstate((version, tuple(internal), gauss))

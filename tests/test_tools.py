@@ -47,3 +47,13 @@ def test_benchmark_table_hand_values(tmp_path):
           "--out", str(tmp_path / "out")])
     assert (tmp_path / "out" / "table_test.png").stat().st_size > 0
     assert "| RL | 1.000 | 0.500 | 0.750 |" in (tmp_path / "out" / "table_test.md").read_text()
+
+
+def test_task_generation_yield_share_of_seeds_hand_values():
+    from task_generation_yield import seeds_with_accepted
+
+    rows = [[False, True, False], [False, False, False], [True, False, False], [False, False, True]]
+    assert seeds_with_accepted(rows, 1) == 0.25
+    assert seeds_with_accepted(rows, 2) == 0.5
+    assert seeds_with_accepted(rows, 3) == 0.75
+    assert seeds_with_accepted([], 3) == 0.0

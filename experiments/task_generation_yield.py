@@ -26,11 +26,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dreamgym_pl.curriculum import judge_generation, task_generation_prompt, text_key  # noqa: E402
-from dreamgym_pl.experience.format import TASK_STOP  # noqa: E402
-from dreamgym_pl.rollout.sampling import SamplingParams  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
-from dreamgym_pl.stages.synthetic_rl import load_experience  # noqa: E402
+from dreamgym_pl.stages.synthetic_rl import load_experience, task_generation_params  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generation_verdicts import verdict_kind  # noqa: E402
@@ -55,7 +53,7 @@ def main() -> None:
     model, tok = load_experience(run)
     engine = run.engine_for("experience", model, tok)
     c = cfg.curriculum
-    params = SamplingParams(temperature=c.temperature, max_new_tokens=c.max_words + 8, stop=list(TASK_STOP))
+    params = task_generation_params(c)
     train = run.env.tasks("train")
     known = {text_key(t.instruction) for split in ("train", "val", "test") for t in run.env.tasks(split)}
     seeds = random.Random(args.seed).sample(train, min(args.seeds, len(train)))

@@ -86,12 +86,17 @@ def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
                         ending_check=run.env.ending_check if e.get("ending_rules", False) else None)
 
 
+def task_generation_params(c: Any) -> SamplingParams:
+    """How the task generator samples (`curriculum` config): its temperature, room for the tags and punctuation
+    around `max_words` words, stopping at the closing task tag."""
+    return SamplingParams(temperature=c.temperature, max_new_tokens=c.max_words + 8, stop=list(TASK_STOP))
+
+
 def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path | None) -> Curriculum:
     """The curriculum, its task generator the experience model (prompted as M_task); resumed from `sdir` (a
     checkpoint's curriculum/), random state included."""
     c = run.cfg.curriculum
-    # room for the tags and punctuation around max_words words
-    params = SamplingParams(temperature=c.temperature, max_new_tokens=c.max_words + 8, stop=list(TASK_STOP))
+    params = task_generation_params(c)
     embed = None
     if algo.needs_task_embedder:  # e.g. PPO, which has no groups
         from dreamgym_pl.replay.embed import make_embedder

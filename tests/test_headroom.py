@@ -39,7 +39,8 @@ def test_mixed_groups_counts_by_task():
 def test_webshop_ceiling_rules_on_hand_built_products():
     import importlib.util
     from pathlib import Path
-    spec = importlib.util.spec_from_file_location("ceiling", Path(__file__).parents[1] / "experiments" / "webshop_ceiling.py")
+    path = Path(__file__).parents[1] / "experiments" / "diagnostics" / "webshop_ceiling.py"
+    spec = importlib.util.spec_from_file_location("ceiling", path)
     c = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(c)
     goal = {"query": "tv stand", "attributes": [], "goal_options": {"color": "white"}, "price_upper": 100.0}

@@ -1,11 +1,12 @@
-"""experiments/webshop_option_outcomes.py: counts by the goal's number of options, by hand."""
+"""experiments/diagnostics/webshop_option_outcomes.py: counts by the goal's number of options, by hand."""
 
 
 def test_option_outcomes_hand_counts():
     import importlib.util
     from tests.conftest import ROOT
 
-    spec = importlib.util.spec_from_file_location("woo", ROOT / "experiments" / "webshop_option_outcomes.py")
+    path = ROOT / "experiments" / "diagnostics" / "webshop_option_outcomes.py"
+    spec = importlib.util.spec_from_file_location("woo", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     success = {"a": 1, "b": 0, "c": 0, "d": 1, "e": 0}

@@ -79,7 +79,7 @@ def _failed_purchases_module():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "experiments" / "webshop_failed_purchases.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "diagnostics" / "webshop_failed_purchases.py"
     spec = importlib.util.spec_from_file_location("webshop_failed_purchases", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

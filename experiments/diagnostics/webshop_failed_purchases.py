@@ -9,7 +9,7 @@ model (`experience.outcome_model`, the reward the synthetic env pays) its verdic
 (temperature 0). Also printed: which result position each purchase's product was clicked at (`item 1` ...), and
 how many truncated episodes ended repeating an invalid action.
 
-    python experiments/webshop_failed_purchases.py --run-dir D [--policy sft] [--agent NAME] [--judge]
+    python experiments/diagnostics/webshop_failed_purchases.py --run-dir D [--policy sft] [--agent NAME] [--judge]
         [--tasks 100] [--rollouts-per-task 4] [--split val --greedy]
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.agents import make_agent  # noqa: E402
 from dreamgym_pl.models import load_pretrained  # noqa: E402

@@ -6,7 +6,7 @@ option value the instruction asks for, buy now, page navigation, any other click
 the env called invalid (the real env: not offered; the synthetic env: not in the predicted page's list, handled by
 `experience.invalid_action`).
 
-    python experiments/webshop_action_validity.py --run-dir D [--policy sft] [--tasks 64] [--rollouts-per-task 4]
+    python experiments/diagnostics/webshop_action_validity.py --run-dir D [--policy sft] [--tasks 64] [--rollouts-per-task 4]
         [--seed 0] [key=value ...]
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.envs.webshop.ending_rules import wanted_options  # noqa: E402
 from dreamgym_pl.models import load_pretrained  # noqa: E402

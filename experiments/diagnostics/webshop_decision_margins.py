@@ -7,7 +7,7 @@ of buying, p(buy) / (p(buy) + p(next option)) with each action's sequence probab
 probability of the continuing action (what a sampled group of RL finds); and, from the run's offline episodes,
 what its demonstrations did at the same decision.
 
-    python experiments/webshop_decision_margins.py D1 [D2 ...] [--policy sft] [--split test] [--tasks 500]
+    python experiments/diagnostics/webshop_decision_margins.py D1 [D2 ...] [--policy sft] [--split test] [--tasks 500]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Sequence
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.core import Observation, Task, Transition, group_trajectories, read_jsonl  # noqa: E402
 from dreamgym_pl.envs.webshop.agents import buy_with_a_wanted_option, selected_options  # noqa: E402

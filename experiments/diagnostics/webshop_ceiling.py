@@ -3,7 +3,7 @@ success of scripted choices that read only the page: always result 1; the first 
 first within the bound whose item page offers every goal option (the options are selected and the product bought,
 as the oracle does). The gap between these and a policy's success is execution, not hidden information.
 
-    python experiments/webshop_ceiling.py [--split val] [--tasks 200] [--results-per-page 3]
+    python experiments/diagnostics/webshop_ceiling.py [--split val] [--tasks 200] [--results-per-page 3]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.envs.webshop.agents import goal_query  # noqa: E402
 from dreamgym_pl.envs.webshop.reward import goal_option_values, reward_with_goal_options  # noqa: E402

@@ -7,7 +7,7 @@ a fit part and a held part, judges both with the run's experience model (greedy,
 training), fine-tunes the loaded model (the run's files are only read) on the fit part's ending steps only (failed and successful ones
 drawn equally often) for `--steps` AdamW steps, and judges both parts again. Nothing is written to the run.
 
-    python experiments/purchase_fit.py --run-dir D [--steps 1500] [--lr 1e-3] [--held-fraction 0.25] [--out F.json]
+    python experiments/diagnostics/purchase_fit.py --run-dir D [--steps 1500] [--lr 1e-3] [--held-fraction 0.25] [--out F.json]
 
 Reading it: if the fit part's failures are still judged successes after training, the model cannot represent
 the comparison (capacity); if the fit part is learned but the held part is not, it memorises; if both move,
@@ -22,7 +22,7 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ real history, retrieved demonstrations under `replay.exclude`), separately for f
 Prints how many predicted rewards agree with the real one (within 0.05), how many are predicted successes, and
 the first examples' real and predicted reasoning traces.
 
-    python experiments/experience_purchases.py --run-dir D [--n 40] [--policy-data] [--out F.json]
+    python experiments/diagnostics/experience_purchases.py --run-dir D [--n 40] [--policy-data] [--out F.json]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> None:

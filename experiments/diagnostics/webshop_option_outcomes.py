@@ -4,7 +4,7 @@ one requirement missed, an option as the `hasty` demonstrator misses it, or an a
 "Imperfect demonstrations"). Reads each run's `eval/test_outcomes.jsonl`; the goals come from the run's own env
 config. No model is loaded.
 
-    python experiments/webshop_option_outcomes.py D1 [D2 ...]
+    python experiments/diagnostics/webshop_option_outcomes.py D1 [D2 ...]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.outcomes import read_outcomes  # noqa: E402

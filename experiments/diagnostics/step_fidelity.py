@@ -7,7 +7,7 @@ recall (only actions the real env accepted), reward agreement (endings judged by
 one, as in the synthetic env). The replay buffer is the run's as it stands (after synthetic RL and S2R it also holds
 their real transitions), so "shown" and the demonstrations are those of the end of the run.
 
-    python experiments/step_fidelity.py --run-dir D [--policy sft] [--tasks 100] [--rollouts-per-task 2] [--seed 0]
+    python experiments/diagnostics/step_fidelity.py --run-dir D [--policy sft] [--tasks 100] [--rollouts-per-task 2] [--seed 0]
         [--out F.json] [key=value ...]
 
 Two runs from the same collect and SFT with the same seed replay the same real episodes, so their rows compare
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.experience.fidelity import open_loop_steps, scores_by_kind, step_kind  # noqa: E402
 from dreamgym_pl.experience.module import demos_for  # noqa: E402

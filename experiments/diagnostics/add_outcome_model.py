@@ -4,7 +4,7 @@ episodes, held-out tasks split off by `experience.val_fraction` and the seed) ->
 its verdicts on the held-out endings and, with `--policy-episodes N`, on N sampled episodes of the run's SFT policy
 on train tasks the offline data never touched (real transitions; nothing is written to metrics.json).
 
-    python experiments/add_outcome_model.py --run-dir D [--policy-episodes 400] [experience.outcome_steps=200 ...]
+    python experiments/diagnostics/add_outcome_model.py --run-dir D [--policy-episodes 400] [experience.outcome_steps=200 ...]
         [experience.outcome_agents.near_miss=800]   (a run made before the key existed has none)
 
 Then `resume=true` runs of the later stages, `bench_fidelity.py` and `webshop_failed_purchases.py --judge` use it.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.core import Transition, group_trajectories, read_jsonl  # noqa: E402
 from dreamgym_pl.experience.module import split_by_task  # noqa: E402

@@ -90,10 +90,16 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         _require(exp is not None and ((exp / "config.json").exists() or (exp / "adapter_config.json").exists()),
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
     algo_name = _get(cfg, "algo.name")
+    exp_model = str(_get(cfg, "experience.model") or "policy")
+    tiny_exp = exp_model == "policy" and _get(cfg, "model.name_or_path") == "tiny"
     for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
-        _require(_get(cfg, f"experience.{k}") is None or _get(cfg, "model.name_or_path") == "tiny", f"experience.{k}",
-                 "sizes only the embedded tiny experience model (model.name_or_path=tiny); a pretrained one has its "
-                 "own size: set it to null")
+        _require(_get(cfg, f"experience.{k}") is None or tiny_exp, f"experience.{k}",
+                 "sizes only the embedded tiny experience model (model.name_or_path=tiny, experience.model=policy); a "
+                 "pretrained one has its own size: set it to null")
+    if "experience" in stages and exp_model != "policy":
+        _check_model_source("experience.model", exp_model)
+    if _get(cfg, "model.name_or_path") not in (None, "tiny"):
+        _check_model_source("model.name_or_path", str(_get(cfg, "model.name_or_path")))
     _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")
     algo = OmegaConf.to_container(cfg.algo, resolve=True)
     stage_algos = {"rl": algo}
@@ -120,3 +126,27 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     if any(s in stages for s in ("sft", "dpo")) and "collect" not in stages:
         _require(has_offline, "stages",
                  "sft/dpo need offline data: add the collect stage, or set offline_file to a transitions.jsonl")
+
+
+def _check_model_source(key: str, name: str) -> None:
+    """Before any work: a packaged checkpoint (models.PACKAGED) must be installed (the error says how), and
+    `experience.model` must name a conf/model file, a packaged checkpoint or an existing folder / file."""
+    from dreamgym_pl.models import PACKAGED, packaged_file
+    from dreamgym_pl.stages.experience import CONF_MODELS
+
+    if key == "experience.model":
+        if (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
+            from omegaconf import OmegaConf
+
+            name = str(OmegaConf.load(CONF_MODELS / f"{name}.yaml").get("name_or_path"))
+            if name == "tiny":
+                raise ConfigError(f"{key}: the tiny model is the policy's (experience.model=policy builds it)")
+        elif name not in PACKAGED and not Path(name).exists():
+            known = sorted(p.stem for p in CONF_MODELS.glob("*.yaml") if p.stem not in ("hf", "tiny"))
+            raise ConfigError(f"{key}: {name!r} is neither policy, a conf/model file ({', '.join(known)}), a packaged "
+                              f"checkpoint ({', '.join(PACKAGED)}) nor an existing folder or .gguf file")
+    if name in PACKAGED:
+        try:
+            packaged_file(name)
+        except FileNotFoundError as err:
+            raise ConfigError(f"{key}: {err}") from None

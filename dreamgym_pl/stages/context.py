@@ -121,12 +121,14 @@ class Run:
             dist.barrier()
         return get_base_model(mcfg, self.dir, corpus, self.cfg.seed, words)
 
-    def save_policy(self, model: Any, tokenizer: Any, stage: str) -> str:
+    def save_policy(self, model: Any, tokenizer: Any, stage: str, merge_lora: bool | None = None) -> str:
         from dreamgym_pl.models import save_model
 
         rel = f"checkpoints/{stage}"
-        if dist.is_main():  # model.merge_lora: the adapter merged into full weights, else the adapter alone
-            save_model(model, tokenizer, self.dir / rel, merge_lora=bool(self.cfg.model.get("merge_lora", False)))
+        if merge_lora is None:
+            merge_lora = bool(self.cfg.model.get("merge_lora", False))
+        if dist.is_main():  # merge_lora: the adapter merged into full weights, else the adapter alone
+            save_model(model, tokenizer, self.dir / rel, merge_lora=merge_lora)
         dist.barrier()
         return rel
 

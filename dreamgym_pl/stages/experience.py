@@ -106,21 +106,50 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
 
 
 TINY_SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+CONF_MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
+
+
+def experience_model_cfg(cfg: Any) -> dict[str, Any]:
+    """The experience model's model config (`experience.model`): the policy's `model` group (policy), a
+    conf/model/<name>.yaml file, or conf/model/hf.yaml's settings with LoRA off over a local folder / .gguf file;
+    `experience.lora` (when not null) switches its LoRA on or off."""
+    from omegaconf import OmegaConf
+
+    name = str(cfg.experience.get("model") or "policy")
+    if name == "policy":
+        mcfg = OmegaConf.to_container(cfg.model, resolve=True)
+    elif (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
+        mcfg = OmegaConf.to_container(OmegaConf.load(CONF_MODELS / f"{name}.yaml"), resolve=True)
+    else:
+        mcfg = OmegaConf.to_container(OmegaConf.load(CONF_MODELS / "hf.yaml"), resolve=True)
+        mcfg["name_or_path"] = name
+        mcfg["lora"]["enabled"] = False
+    lora = cfg.experience.get("lora")
+    if lora is not None:
+        mcfg.setdefault("lora", {"enabled": False})
+        mcfg["lora"] = {**mcfg["lora"], "enabled": bool(lora)}
+    return mcfg
 
 
 def experience_model(run: Run) -> tuple[Any, Any]:
-    """The untrained experience model: a fresh tiny Llama sharing the run's word tokenizer (of the policy's size,
-    or `experience.<hidden_size|num_layers|num_heads|intermediate_size>` where set), or the configured
-    pretrained model."""
+    """The untrained experience model (`experience_model_cfg`): a fresh tiny Llama sharing the run's word tokenizer
+    (of the policy's size, or `experience.<hidden_size|num_layers|num_heads|intermediate_size>` where set), or a
+    pretrained model (its own tokenizer)."""
     from dreamgym_pl.models import build_tiny_llama, load_pretrained
 
-    m, e = run.cfg.model, run.cfg.experience
-    if m.name_or_path == "tiny":
+    m, e = experience_model_cfg(run.cfg), run.cfg.experience
+    if m["name_or_path"] == "tiny":
         _, tok = run.load_policy()
         size = {k: e.get(k) if e.get(k) is not None else m[k] for k in TINY_SIZE_KEYS}
         return build_tiny_llama(tok, size["hidden_size"], size["num_layers"], size["num_heads"],
-                                size["intermediate_size"], m.max_positions, run.cfg.seed + 1), tok
-    return load_pretrained(m.name_or_path, m.dtype, m.trust_remote_code, lora=m.get("lora"))
+                                size["intermediate_size"], m["max_positions"], run.cfg.seed + 1), tok
+    return load_pretrained(m["name_or_path"], m.get("dtype", "float32"), bool(m.get("trust_remote_code")),
+                           lora=m.get("lora"))
+
+
+def save_experience(run: Run, model: Any, tok: Any, stage: str) -> str:
+    """The experience model -> checkpoints/<stage> (an adapter, or merged weights with its `merge_lora`)."""
+    return run.save_policy(model, tok, stage, merge_lora=bool(experience_model_cfg(run.cfg).get("merge_lora", False)))
 
 
 def sampled_policy(run: Run) -> Any:
@@ -243,12 +272,13 @@ def run_stage(run: Run) -> None:
     module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps,
                               micro_batches=run.cfg.micro_batches)
     by_steps = e.max_steps > 0
+    own = {"precision": e.precision} if e.get("precision") is not None else {}  # else trainer.precision
     fit(run, "experience", module, train_dl, val_dl, max_steps=e.max_steps, epochs=e.epochs, gradient_clip_val=e.grad_clip,
         val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
-        check_val_every_n_epoch=None if by_steps else 1)
+        check_val_every_n_epoch=None if by_steps else 1, **own)
     seed_stage(run.cfg.seed, "experience/after-training")  # what follows draws the same after a resumed training
     ending_res = ending_training(run, module.model, tok, trajs, fmt, buffer, train_dl.dataset)
-    rel = run.save_policy(module.model, tok, "experience")
+    rel = save_experience(run, module.model, tok, "experience")
     outcome, outcome_res = train_outcome(run, train_trajs, held_out)  # every training-split ending, unbounded
     seed_stage(run.cfg.seed, "experience/after-outcome")  # trained or loaded after a kill: the same draws follow
     # whole held-out trajectories in a seeded random order: in collection order the judged steps were the oracle's

@@ -30,7 +30,8 @@ from dreamgym_pl.envs.meter import EnvMeter, StoredStarts
 from dreamgym_pl.run import atomic_write_json, read_json, reading
 from dreamgym_pl.stages.callbacks import CurriculumLogs, RLCheckpoint, RolloutSamples, TestCurve
 from dreamgym_pl.stages.context import Run
-from dreamgym_pl.stages.experience import experience_format, load_replay, save_replay
+from dreamgym_pl.stages.experience import (experience_format, experience_model_cfg, load_replay, save_experience,
+                                          save_replay)
 from dreamgym_pl.stages.policy import (algorithm, checkpoints, finish_policy_stage, load_rl_checkpoint, plot_history,
                                        rank_report, rl_module, save_rl_checkpoint)
 
@@ -66,7 +67,7 @@ def load_experience(run: Run, vdir: Path | None = None) -> tuple[Any, Any]:
         fix = ("rerun with resume=false, or drop experience and the stages after it from stages.json's completed "
                "list (the experience stage makes it again)")
     with reading(path, fix):
-        return load_pretrained(path, run.cfg.model.get("dtype", "float32"))
+        return load_pretrained(path, experience_model_cfg(run.cfg).get("dtype", "float32"))
 
 
 def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
@@ -251,7 +252,7 @@ def run_stage(run: Run) -> None:
     plot_history(run, "synthetic_rl", dm.history)
     rank_report(run, "synthetic_rl", dm, module, replay_size=len(buffer), own_unique=len(senv.own_digests))
     if refresh is not None:  # the refreshed experience model is the run's from now on
-        run.state["experience"] = run.save_policy(*experience, "experience_refreshed")
+        run.state["experience"] = save_experience(run, *experience, "experience_refreshed")
         run.record(refresh.metrics())
     st = senv.stats
     gen = max(st["generate_s"], 1e-9)

@@ -1,10 +1,10 @@
 """How a run's experience model judges the episode-ending steps of its own training data (WebShop: purchases).
 
-A diagnostic for the purchase judgement (README "Fidelity"): the experience model is run greedily on the last
-step of training-split offline episodes (the experience stage's task split, prompts built exactly as in training:
-real history, retrieved demonstrations under `replay.exclude`), separately for failed and successful episodes.
-Prints how many predicted rewards agree with the real one (within 0.05), how many are predicted successes, and
-the first examples' real and predicted reasoning traces.
+A diagnostic for the purchase judgement (docs/results/2026-11-30_fidelity_and_outcome_model.md): the experience model
+is run greedily on the last step of training-split offline episodes (the experience stage's task split, prompts built
+exactly as in training: real history, retrieved demonstrations under `replay.exclude`), separately for failed and
+successful episodes. Prints how many predicted rewards agree with the real one (within 0.05), how many are predicted
+successes, and the first examples' real and predicted reasoning traces.
 
     python experiments/diagnostics/experience_purchases.py --run-dir D [--n 40] [--policy-data] [--out F.json]
 """

@@ -1,11 +1,12 @@
 """Can a run's experience model learn the purchase judgement when trained on nothing else? A capacity check.
 
-The README's "Fidelity" measurements find the experience model calling every purchase a success, also on its own
-training data. This diagnostic separates "not enough of the right training" from "the model cannot": it takes
-the episode-ending steps (WebShop: purchases) of the experience stage's training split, splits their tasks into
-a fit part and a held part, judges both with the run's experience model (greedy, prompts exactly as in
-training), fine-tunes the loaded model (the run's files are only read) on the fit part's ending steps only (failed and successful ones
-drawn equally often) for `--steps` AdamW steps, and judges both parts again. Nothing is written to the run.
+The fidelity measurements (docs/results/2026-11-30_fidelity_and_outcome_model.md) find the experience model calling
+every purchase a success, also on its own training data. This diagnostic separates "not enough of the right training"
+from "the model cannot": it takes the episode-ending steps (WebShop: purchases) of the experience stage's training
+split, splits their tasks into a fit part and a held part, judges both with the run's experience model (greedy,
+prompts exactly as in training), fine-tunes the loaded model (the run's files are only read) on the fit part's ending
+steps only (failed and successful ones drawn equally often) for `--steps` AdamW steps, and judges both parts again.
+Nothing is written to the run.
 
     python experiments/diagnostics/purchase_fit.py --run-dir D [--steps 1500] [--lr 1e-3] [--held-fraction 0.25] [--out F.json]
 

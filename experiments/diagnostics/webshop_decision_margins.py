@@ -1,11 +1,11 @@
-"""The `hasty` demonstrator's decision, asked of a policy (README "Imperfect demonstrations"): on an item page where
-a wanted option is chosen, another wanted option is still to click and `buy now` is admissible, does the policy
-buy now (the demonstrator's habit, 65% of its multi-option episodes) or click the next option? The states are the
-oracle's own on the split's goals asking for two or more options (the first such page of each episode, the
-prompt as the policy would see it there); per policy it prints the greedy action's kind, the pairwise probability
-of buying, p(buy) / (p(buy) + p(next option)) with each action's sequence probability, its spread, and the mean
-probability of the continuing action (what a sampled group of RL finds); and, from the run's offline episodes,
-what its demonstrations did at the same decision.
+"""The `hasty` demonstrator's decision, asked of a policy (docs/results/2026-12-03_hasty_demonstrations.md): on an
+item page where a wanted option is chosen, another wanted option is still to click and `buy now` is admissible, does
+the policy buy now (the demonstrator's habit, 65% of its multi-option episodes) or click the next option? The states
+are the oracle's own on the split's goals asking for two or more options (the first such page of each episode, the
+prompt as the policy would see it there); per policy it prints the greedy action's kind, the pairwise probability of
+buying, p(buy) / (p(buy) + p(next option)) with each action's sequence probability, its spread, and the mean
+probability of the continuing action (what a sampled group of RL finds); and, from the run's offline episodes, what
+its demonstrations did at the same decision.
 
     python experiments/diagnostics/webshop_decision_margins.py D1 [D2 ...] [--policy sft] [--split test] [--tasks 500]
 """

@@ -1,8 +1,8 @@
 """Where a WebShop run's greedy test successes come from, by how many options each goal asks for: successes on the
-goals asking for two or more options and on the others, and the partial purchases on the former (score 0.70-0.99:
-one requirement missed, an option as the `hasty` demonstrator misses it, or an attribute or the price; README
-"Imperfect demonstrations"). Reads each run's `eval/test_outcomes.jsonl`; the goals come from the run's own env
-config. No model is loaded.
+goals asking for two or more options and on the others, and the partial purchases on the former (score 0.70-0.99: one
+requirement missed, an option as the `hasty` demonstrator misses it, or an attribute or the price;
+docs/results/2026-12-03_hasty_demonstrations.md). Reads each run's `eval/test_outcomes.jsonl`; the goals come from the
+run's own env config. No model is loaded.
 
     python experiments/diagnostics/webshop_option_outcomes.py D1 [D2 ...]
 """

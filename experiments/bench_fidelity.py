@@ -41,7 +41,8 @@ from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
-from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
+from dreamgym_pl.stages.experience import (experience_format, experience_model_cfg, load_replay,  # noqa: E402
+                                          unseen_train_tasks)
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
 from dreamgym_pl.stages.outcome_model import report as outcome_report  # noqa: E402
 from dreamgym_pl.stages.synthetic_rl import make_synthetic_env, stored_starts  # noqa: E402
@@ -89,7 +90,8 @@ def main() -> None:
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,
                          algo.cfg.max_new_tokens, algo.cfg.top_p)
     buffer = load_replay(run)
-    experience = load_pretrained(d / args.experience, cfg.model.get("dtype", "float32")) if args.experience else None
+    experience = (load_pretrained(d / args.experience, experience_model_cfg(cfg).get("dtype", "float32"))
+                  if args.experience else None)
     senv = make_synthetic_env(run, buffer, stored_starts(run), experience)
     senv.enrich = False  # a measurement: the buffer stays as the run left it
     out: dict[str, float] = {}

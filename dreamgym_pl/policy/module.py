@@ -82,8 +82,10 @@ class PolicyModule(L.LightningModule):
 
     def values_from_hidden(self, hidden: torch.Tensor, prompt_last: torch.Tensor) -> torch.Tensor:
         h = hidden[torch.arange(hidden.shape[0], device=hidden.device), prompt_last]
-        with torch.autocast(h.device.type, enabled=False):  # the value head in float32 under any autocast
-            return self.value_head(h.float()).squeeze(-1)
+        # the value head outside any autocast, in its own dtype: float32, or bfloat16 where DeepSpeed converted the
+        # whole module (its input cast to match, its values returned float32 like the returns they are fit to)
+        with torch.autocast(h.device.type, enabled=False):
+            return self.value_head(h.to(self.value_head.weight.dtype)).float().squeeze(-1)
 
     @torch.no_grad()
     def values(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -116,13 +118,23 @@ class PolicyModule(L.LightningModule):
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": self.objective.critic_lr,
                            "weight_decay": 0.0})
-        return adamw_with_schedule(groups, self.lr, self.warmup_steps, self.total_steps)
+        return adamw_with_schedule(groups, self.lr, self.warmup_steps, self.total_steps,
+                                   strategy=getattr(self._trainer, "strategy", None))
 
 
-def adamw_with_schedule(groups: Any, lr: float, warmup: int, total: int, weight_decay: float | None = None):
-    """AdamW, with `warmup_cosine` stepped every optimizer step when a warm-up or a total is set."""
-    opt = torch.optim.AdamW(groups, lr=lr) if weight_decay is None else torch.optim.AdamW(groups, lr=lr,
-                                                                                          weight_decay=weight_decay)
+def adamw_with_schedule(groups: Any, lr: float, warmup: int, total: int, weight_decay: float | None = None,
+                        strategy: Any = None):
+    """AdamW, with `warmup_cosine` stepped every optimizer step when a warm-up or a total is set. Under a DeepSpeed
+    `strategy` that offloads the optimizer (ZeRO-Offload) DeepSpeedCPUAdam in AdamW mode, which DeepSpeed requires
+    there (policy/zero.py); its default weight decay set to AdamW's."""
+    from dreamgym_pl.policy.zero import optimizer_class
+
+    cls = optimizer_class(strategy)
+    if cls is torch.optim.AdamW:
+        opt = torch.optim.AdamW(groups, lr=lr) if weight_decay is None else torch.optim.AdamW(groups, lr=lr,
+                                                                                              weight_decay=weight_decay)
+    else:
+        opt = cls(groups, lr=lr, weight_decay=0.01 if weight_decay is None else weight_decay, adamw_mode=True)
     if warmup <= 0 and total <= 0:
         return opt
     return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_cosine(opt, warmup, total), "interval": "step"}}

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from dreamgym_pl.core import Trajectory
-from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt
+from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, render_prompt
 
 
 @dataclass
@@ -35,11 +35,13 @@ def encode_action(tokenizer: Any, action: str) -> list[int]:
 
 def trajectory_samples(traj: Trajectory, tokenizer: Any, prompt_cfg: PromptConfig, traj_index: int = 0) -> list[StepSample]:
     """Samples of every step; uses the generated token ids when the trajectory came from the policy. Prompts
-    keep their last `prompt_cfg.max_tokens` tokens."""
+    keep their last `prompt_cfg.max_tokens` tokens. A policy rollout's prompt (`info["prompt"]`) is the text the
+    policy was given, already rendered (`render_prompt`); a prompt built here is rendered the same way."""
     out = []
     history: list[tuple[str, str]] = []
     for tr in traj.transitions:
-        prompt = tr.info.get("prompt") or build_prompt(traj.task, history, tr.state, prompt_cfg)
+        prompt = tr.info.get("prompt") or render_prompt(tokenizer, build_prompt(traj.task, history, tr.state, prompt_cfg),
+                                                        prompt_cfg.chat_template)
         resp = tr.info.get("response_ids") or encode_action(tokenizer, tr.action)
         out.append(StepSample(encode_prompt(tokenizer, prompt, prompt_cfg.max_tokens), list(resp), traj_index))
         history.append((tr.state.text, tr.action))

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 from dreamgym_pl.core import Observation, Task
 from dreamgym_pl.rollout.sampling import GenerationEngine, SamplingParams
-from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, extract_action
+from dreamgym_pl.rollout.prompts import PromptConfig, build_prompt, extract_action, render_prompt
 
 
 class PolicyActor:
@@ -29,6 +29,9 @@ class PolicyActor:
     def act(self, observations: Sequence[Observation | None]) -> list[str | None]:
         idx = [i for i, o in enumerate(observations) if o is not None]
         prompts = [build_prompt(self.tasks[i], self.history[i], observations[i], self.prompt_cfg) for i in idx]
+        tok = getattr(self.engine, "tokenizer", None)
+        if tok is not None:  # Instruct models: the chat template's user turn (prompt.chat_template), as in training
+            prompts = [render_prompt(tok, p, self.prompt_cfg.chat_template) for p in prompts]
         comps = self.engine.generate(prompts, self.params) if prompts else []
         actions: list[str | None] = [None] * len(observations)
         self.last_info = [None] * len(observations)

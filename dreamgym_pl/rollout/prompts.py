@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, Task
 from dreamgym_pl.rollout.sampling import cut_at_stop
@@ -34,6 +34,7 @@ class PromptConfig:
     think: bool = False
     max_tokens: int = 1024        # prompt tokens kept (the oldest are cut) in training and generation
     instructions: str = ""        # the environment's system instruction (Environment.instructions)
+    chat_template: Any = "auto"   # auto | true | false: the prompt as one user turn of the tokenizer's chat template
 
 
 def truncate_words(text: str, n: int) -> str:
@@ -63,6 +64,33 @@ def build_prompt(task: Task, history: Sequence[tuple[str, str]], obs: Observatio
         parts.append("admissible : " + " , ".join(obs.admissible))
     parts.append(ACTION_CUE)
     return " \n".join(parts)
+
+
+CHAT_TEMPLATE_MODES = ("auto", True, False)  # prompt.chat_template
+
+
+def uses_chat_template(tokenizer: Any, mode: Any = "auto") -> bool:
+    """Whether policy prompts go through `tokenizer`'s chat template: `auto` where the tokenizer has one (Instruct
+    models; the tiny word tokenizer has none, so model=tiny's prompts stay the raw text), true (an error without
+    one), false (never)."""
+    if mode not in CHAT_TEMPLATE_MODES:
+        raise ValueError(f"prompt.chat_template: {mode!r} is not one of auto, true, false")
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if mode is True and not has:
+        raise ValueError(f"prompt.chat_template=true but the tokenizer ({type(tokenizer).__name__}) has no chat "
+                         f"template; set prompt.chat_template=auto or false")
+    return has and mode is not False
+
+
+def render_prompt(tokenizer: Any, prompt: str, mode: Any = "auto") -> str:
+    """The text the policy is given for `prompt` (a `build_prompt` result): unchanged, or the prompt as the user turn
+    of the tokenizer's chat template followed by the assistant's opening (`uses_chat_template`). One function for
+    generation (`PolicyActor`) and training (`policy.samples.trajectory_samples`), so both encode the same ids; the
+    rendered text is tokenized without added special tokens (the template writes its own)."""
+    if not uses_chat_template(tokenizer, mode):
+        return prompt
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                         add_generation_prompt=True)
 
 
 def extract_action(text: str, stop: Sequence[str], think: bool = False) -> str:

@@ -11,7 +11,7 @@ import lightning as L
 
 from dreamgym_pl import dist
 from dreamgym_pl.run import atomic_write_json, read_json
-from dreamgym_pl.stages.resume import restore_optimizer
+from dreamgym_pl.stages.resume import continue_steps, restore_optimizer
 
 
 class RLCheckpoint(L.Callback):
@@ -44,6 +44,7 @@ class RLCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         restore_optimizer(trainer, self.resume_state)
+        continue_steps(trainer, int((self.resume_state or {}).get("global_step", 0)))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -133,12 +133,13 @@ class Run:
         return rel
 
     def trainer(self, stage: str, callbacks: list | None = None, **overrides: Any):
-        """A Lightning Trainer for `stage` (TensorBoard logs in tb/<stage>), with the stage's `callbacks`
-        followed by the run's own (sweep pruning)."""
+        """A Lightning Trainer for `stage` (TensorBoard logs in tb/<stage>, continuing a resumed stage's step count),
+        with the stage's `callbacks` followed by the run's own (sweep pruning)."""
         import lightning as L
-        from lightning.pytorch.loggers import TensorBoardLogger
 
+        from dreamgym_pl.policy.zero import configure_trainer
         from dreamgym_pl.precision import run_precision
+        from dreamgym_pl.stages.resume import ContinuedTensorBoardLogger
 
         tcfg = OmegaConf.to_container(self.cfg.trainer, resolve=True)
         tcfg.pop("_name", None)
@@ -148,14 +149,16 @@ class Run:
             from hydra.utils import instantiate
 
             strategy = instantiate(strategy)
-        kwargs = dict(logger=TensorBoardLogger(str(self.dir / "tb"), name=stage, version=""),
+        kwargs = dict(logger=ContinuedTensorBoardLogger(str(self.dir / "tb"), name=stage, version=""),
                       enable_checkpointing=False, log_every_n_steps=1, strategy=strategy,
                       enable_model_summary=False, **tcfg)
         extra = list(callbacks or []) + self.callbacks
         if extra:
             kwargs["callbacks"] = list(tcfg.get("callbacks") or []) + extra
         kwargs.update(overrides)
-        return L.Trainer(**kwargs)
+        # a resumed stage's curves go on from its checkpoint's step (the checkpoint callbacks set the offset);
+        # DeepSpeed: the logging batch size of our pre-batched loaders, float32 batches (policy/zero.py)
+        return configure_trainer(L.Trainer(**kwargs))
 
     def engine_for(self, role: str, model: Any, tokenizer: Any) -> Any:
         """The generation engine of `role` (policy / experience), built once per run from `cfg.engine` and
@@ -171,6 +174,9 @@ class Run:
             local = int(os.environ.get("LOCAL_RANK", 0))
             model.to(generation_device(self.cfg.trainer.get("accelerator", "cpu"), torch.cuda.is_available(), local))
         eng = self._engines.get(role)
+        if eng is not None and getattr(eng, "tokenizer", tokenizer) is not tokenizer and hasattr(eng, "adopt") \
+                and eng.adopt(model, tokenizer):
+            return eng  # vLLM: a later stage's policy of the same model, its weights pushed (no rebuild, no re-save)
         if eng is None or (getattr(eng, "tokenizer", tokenizer) is not tokenizer):
             if eng is not None and hasattr(eng, "close"):
                 eng.close()

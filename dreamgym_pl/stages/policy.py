@@ -15,8 +15,10 @@ import torch
 from dreamgym_pl import dist
 from dreamgym_pl.policy.algos import RLAlgorithm, rl_algorithm
 from dreamgym_pl.core import Trajectory, from_dict, iter_jsonl, write_jsonl
+from dreamgym_pl.policy.zero import read_optimizer, save_optimizer
 from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json, reading
 from dreamgym_pl.stages.context import Run
+from dreamgym_pl.stages.resume import logged_step
 
 log = logging.getLogger("dreamgym_pl")
 
@@ -78,13 +80,15 @@ def save_rl_checkpoint(run: Run, stage: str, module: Any, dm: Any, extra: Callab
         torch.save(dm.pending, vdir / f"pending_rank{r}.pt")
     if dm.last is not None:
         write_jsonl(vdir / f"last_rank{r}.jsonl", dm.last)
+    if module is not None:  # ZeRO: every rank its optimizer partition; else rank 0 the optimizer (policy/zero.py)
+        save_optimizer(module.trainer.optimizers[0], vdir, r, dist.is_main())
     dist.barrier()
     if not dist.is_main():
         return
     state = dm.state_dict()
     if module is not None:
         save_model(module.model, module.tokenizer, vdir / "model")
-        torch.save(module.trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
+        state["global_step"] = logged_step(module.trainer)  # a resumed stage's TensorBoard steps go on from it
         if module.trainer.lr_scheduler_configs:
             torch.save(module.trainer.lr_scheduler_configs[0].scheduler.state_dict(), vdir / "scheduler.pt")
         if module.value_head is not None:
@@ -121,8 +125,10 @@ def load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
                                          lora=m.get("lora"))
     else:  # the stage's start: no update made yet
         model, tok = run.load_policy()
-    for key in ("optimizer", "scheduler", "value_head"):
+    for key in ("scheduler", "value_head"):
         state[key] = load(f"{key}.pt")
+    with reading(vdir / "optimizer.pt", fix):  # (or ZeRO's optimizer_rank<r>.pt, one per rank)
+        state["optimizer"] = read_optimizer(vdir)
     state["pending"] = load(f"pending_rank{dist.rank()}.pt")
     last = vdir / f"last_rank{dist.rank()}.jsonl"
     with reading(last, fix):

@@ -18,9 +18,11 @@ from typing import Any, Iterator
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import TensorBoardLogger
 from torch.utils.data import DataLoader, IterableDataset
 
 from dreamgym_pl import dist
+from dreamgym_pl.policy.zero import read_optimizer, save_optimizer
 from dreamgym_pl.run import VersionedDir, atomic_write_json, read_json, reading
 
 log = logging.getLogger("dreamgym_pl")
@@ -67,10 +69,12 @@ def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | N
     vdir = store.current()
     progress = read_json(vdir / "progress.json", store.fix, keys=("step", "total"))
     state: dict[str, Any] = {"step": int(progress["step"])}
-    for name in ("weights", "optimizer", "scheduler"):
+    for name in ("weights", "scheduler"):
         path = vdir / f"{name}.pt"
         with reading(path, store.fix):
             state[name] = torch.load(path, weights_only=True) if path.exists() else None
+    with reading(vdir / "optimizer.pt", store.fix):  # (or ZeRO's optimizer_rank<r>.pt, one per rank)
+        state["optimizer"] = read_optimizer(vdir)
     with reading(vdir / "weights.pt", store.fix):
         missing, unexpected = module.load_state_dict(state.pop("weights"), strict=False)
         want = set(_trainable(module))
@@ -82,11 +86,38 @@ def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | N
 
 
 
+class ContinuedTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoardLogger whose steps start at `step_offset`: a resumed stage's fit counts its steps from
+    0 again, into the same tb/<stage> folder; the checkpoint callbacks set the offset to the steps trained before
+    the checkpoint, so the curves go on instead of restarting at step 0 (0 on a fresh stage: its logs unchanged)."""
+
+    step_offset = 0
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        super().log_metrics(metrics, None if step is None else int(step) + int(self.step_offset))
+
+
+def continue_steps(trainer: L.Trainer, done: int) -> None:
+    """Start `trainer`'s TensorBoard steps at `done` (the optimizer steps before the checkpoint it resumes from)."""
+    for logger in getattr(trainer, "loggers", None) or []:
+        if isinstance(logger, ContinuedTensorBoardLogger):
+            logger.step_offset = int(done)
+
+
+def logged_step(trainer: L.Trainer) -> int:
+    """The step count a checkpoint records: the stage's optimizer steps so far, earlier fits' included."""
+    offset = max([int(lg.step_offset) for lg in (getattr(trainer, "loggers", None) or [])
+                  if isinstance(lg, ContinuedTensorBoardLogger)] or [0])
+    return offset + int(trainer.global_step)
+
+
 def restore_optimizer(trainer: L.Trainer, state: dict | None) -> None:
     """Load a checkpoint's optimizer and lr-scheduler states (when it has them) into `trainer` at train start."""
+    from dreamgym_pl.policy.zero import load_optimizer
+
     st = state or {}
-    if st.get("optimizer") is not None:
-        trainer.optimizers[0].load_state_dict(st["optimizer"])
+    if st.get("optimizer") is not None:  # a state dict, or under ZeRO every rank's partition (policy/zero.py)
+        load_optimizer(trainer.optimizers[0], st["optimizer"])
     if st.get("scheduler") is not None and trainer.lr_scheduler_configs:
         trainer.lr_scheduler_configs[0].scheduler.load_state_dict(st["scheduler"])
 
@@ -101,6 +132,7 @@ class StepCheckpoint(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         restore_optimizer(trainer, self.state)
+        continue_steps(trainer, self.done)
 
     def _step(self, trainer: L.Trainer) -> int:
         return self.done + trainer.global_step
@@ -122,7 +154,7 @@ class StepCheckpoint(L.Callback):
         store = step_store(self.run, self.stage)
         vdir = store.new(step)
         torch.save(_trainable(pl_module), vdir / "weights.pt")
-        torch.save(trainer.optimizers[0].state_dict(), vdir / "optimizer.pt")
+        save_optimizer(trainer.optimizers[0], vdir, dist.rank(), True)
         if trainer.lr_scheduler_configs:
             torch.save(trainer.lr_scheduler_configs[0].scheduler.state_dict(), vdir / "scheduler.pt")
         atomic_write_json(vdir / "progress.json", {"step": step, "total": self.total})

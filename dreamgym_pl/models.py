@@ -191,6 +191,11 @@ def _from_pretrained(name_or_path: str | Path, dtype: str, trust_remote_code: bo
                                               **({"gguf_file": gguf} if gguf else {}))
     model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code,
                                                  **kw)
+    if gguf:  # dequantised on load into ordinary tensors: an ordinary model from here on (saved as safetensors)
+        model.hf_quantizer = None
+        model.is_quantized = False
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     return model, tokenizer
 
 

@@ -106,7 +106,7 @@ def test_experience_model_config_resolves_and_checks(tmp_path):
     assert m["name_or_path"] == "smollm2" and m["lora"]["enabled"] is False and m["dtype"] == "float32"
     cfg.experience.lora = True
     assert experience_model_cfg(cfg)["lora"]["enabled"] is True
-    cfg.experience.model = "policy"
+    cfg.experience.model, cfg.experience.lora = "policy", None
     assert experience_model_cfg(cfg)["name_or_path"] == "tiny"
     gguf = tmp_path / "my.gguf"
     gguf.write_bytes(b"")

@@ -101,7 +101,7 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     t0 = time.time()
     res = ending_phase(model, tok, trajs, fmt, buffer, regular, e.ending_steps, e.ending_lr, e.batch_size,
                        run.cfg.seed + 5, e.grad_clip, e.warmup_steps, run.cfg.micro_batches,
-                       loop_precision(run.cfg, model))
+                       e.precision if e.get("precision") is not None else loop_precision(run.cfg, model))
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 

@@ -79,60 +79,95 @@ def test_two_engines_sleep_and_wake_together():
     assert alloc.calls[4:] == ["sleep experience", "wake experience", "generate policy"]
 
 
-def test_torchrun_uses_the_external_launcher():
-    from dreamgym_pl.rollout.vllm_engine import llm_kwargs
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A `vllm` module whose LLM records its keyword arguments and the weights pushed into its runner's model, with
+    CUDA reported available: VLLMEngine's own constructor runs on CPU."""
+    import sys
 
-    one = llm_kwargs("/m", 0.3, True, 2048, "bfloat16", 0, True, False, 64, world_size=1)
-    assert "distributed_executor_backend" not in one and one["enable_sleep_mode"] is True
-    four = llm_kwargs("/m", 0.3, True, 2048, "bfloat16", 0, True, True, 16, world_size=4)
-    assert four["distributed_executor_backend"] == "external_launcher"
-    assert four["tensor_parallel_size"] == 1 and four["data_parallel_size"] == 4
-    assert four["enable_lora"] is True and four["max_lora_rank"] == 16
+    import torch
+
+    from dreamgym_pl.rollout import vllm_engine
+
+    record = types.SimpleNamespace(made=[], pushed=[])
+
+    class LLM:
+        def __init__(self, **kw):
+            record.made.append(kw)
+            model = types.SimpleNamespace(load_weights=lambda items: record.pushed.append(dict(items)))
+            runner = types.SimpleNamespace(model_runner=types.SimpleNamespace(model=model))
+            self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=runner))
+
+        def reset_prefix_cache(self):
+            pass
+
+    mod = types.ModuleType("vllm")
+    mod.LLM, mod.SamplingParams = LLM, (lambda **kw: kw)
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    yield record
+    for e in list(getattr(vllm_engine, "LIVE", [])):
+        e.close()
 
 
-def test_engine_memory_shares_must_leave_the_trainer_room():
-    from dreamgym_pl.rollout.vllm_engine import check_memory_shares
+def test_torchrun_uses_the_external_launcher(fake_vllm, monkeypatch):
+    """Under torchrun (WORLD_SIZE > 1) each rank's in-process engine joins the ranks' group with vLLM's
+    external_launcher backend, one data-parallel replica per rank; one process keeps the default executor."""
+    from dreamgym_pl.rollout.vllm_engine import VLLMEngine
+    from test_engine import _tiny_model_and_tokenizer
 
-    check_memory_shares([0.35, 0.35], 0.2)
+    model, tok = _tiny_model_and_tokenizer()
+    VLLMEngine(model, tok, gpu_memory_utilization=0.3).close()
+    assert "distributed_executor_backend" not in fake_vllm.made[-1]
+    assert fake_vllm.made[-1]["enable_sleep_mode"] is True
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    VLLMEngine(model, tok, gpu_memory_utilization=0.3).close()
+    kw = fake_vllm.made[-1]
+    assert kw["distributed_executor_backend"] == "external_launcher"
+    assert kw["tensor_parallel_size"] == 1 and kw["data_parallel_size"] == 4
+
+
+def test_engine_memory_shares_must_leave_the_trainer_room(fake_vllm):
+    """The policy's and the experience model's engines each take engine.gpu_memory_utilization of the GPU: a second
+    engine that leaves the trainer less than engine.train_memory_fraction is refused before vLLM starts."""
+    from dreamgym_pl.rollout.vllm_engine import VLLMEngine, check_memory_shares
+    from test_engine import _tiny_model_and_tokenizer
+
+    model, tok = _tiny_model_and_tokenizer()
+    VLLMEngine(model, tok, gpu_memory_utilization=0.45)
     with pytest.raises(ValueError, match="engine.gpu_memory_utilization"):
-        check_memory_shares([0.45, 0.45], 0.2)
+        VLLMEngine(model, tok, gpu_memory_utilization=0.45)
+    assert len(fake_vllm.made) == 1
+    check_memory_shares([0.35, 0.35], 0.2)
     with pytest.raises(ValueError, match="train_memory_fraction"):
         check_memory_shares([0.9], 0.2)
 
 
-def test_engine_is_reused_by_a_later_stage(monkeypatch):
-    """A later stage reloads the policy with a new (equal) tokenizer: the vLLM engine adopts the new model (weights
-    pushed) instead of being rebuilt, which re-saved the full base weights to a temporary folder each stage."""
+def test_engine_is_reused_by_a_later_stage(fake_vllm):
+    """A later stage reloads the policy with a new (equal) tokenizer: the vLLM engine takes the new model's weights
+    instead of being rebuilt (which saved the full base weights to a new temporary folder and started vLLM again);
+    a tokenizer of another vocabulary still gets a new engine."""
+    from conftest import compose
+    from dreamgym_pl.stages.context import Run
     from test_engine import _tiny_model_and_tokenizer
 
-    from conftest import compose
-    from dreamgym_pl.rollout import engine as engine_mod
-    from dreamgym_pl.rollout.vllm_engine import same_tokenizer
-    from dreamgym_pl.stages.context import Run
-
-    built, pushed = [], []
-
-    class FakeVLLM:
-        def __init__(self, model, tokenizer, **kw):
-            self.tokenizer = tokenizer
-            built.append(model)
-
-        def load_weights(self, model):
-            pushed.append(model)
-
-        def adopt(self, model, tokenizer):
-            if not same_tokenizer(self.tokenizer, tokenizer):
-                return False
-            self.tokenizer = tokenizer
-            self.load_weights(model)
-            return True
-
-    monkeypatch.setattr(engine_mod, "make_engine", lambda cfg, model, tok, **kw: FakeVLLM(model, tok))
     run = Run.__new__(Run)
     run.cfg, run._engines = compose(["engine=vllm"]), {}
     m1, t1 = _tiny_model_and_tokenizer()
-    m2, t2 = _tiny_model_and_tokenizer()
-    assert t1 is not t2 and same_tokenizer(t1, t2)
+    m2, t2 = _tiny_model_and_tokenizer(2.0)
+    assert t1 is not t2
     e1 = run.engine_for("policy", m1, t1)
     e2 = run.engine_for("policy", m2, t2)
-    assert e1 is e2 and built == [m1] and pushed == [m2]
+    assert e1 is e2 and len(fake_vllm.made) == 1
+    assert torch_equal(fake_vllm.pushed[-1]["lm_head.weight"], m2.lm_head.weight)
+    t3 = _tiny_model_and_tokenizer()[1]
+    t3.add_tokens(["zzz"])
+    e3 = run.engine_for("policy", m2, t3)
+    assert e3 is not e2 and len(fake_vllm.made) == 2
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a.detach(), b.detach()))

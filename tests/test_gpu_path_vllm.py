@@ -131,7 +131,7 @@ def test_torchrun_uses_the_external_launcher(fake_vllm, monkeypatch):
 def test_engine_memory_shares_must_leave_the_trainer_room(fake_vllm):
     """The policy's and the experience model's engines each take engine.gpu_memory_utilization of the GPU: a second
     engine that leaves the trainer less than engine.train_memory_fraction is refused before vLLM starts."""
-    from dreamgym_pl.rollout.vllm_engine import VLLMEngine, check_memory_shares
+    from dreamgym_pl.rollout.vllm_engine import VLLMEngine
     from test_engine import _tiny_model_and_tokenizer
 
     model, tok = _tiny_model_and_tokenizer()
@@ -139,6 +139,8 @@ def test_engine_memory_shares_must_leave_the_trainer_room(fake_vllm):
     with pytest.raises(ValueError, match="engine.gpu_memory_utilization"):
         VLLMEngine(model, tok, gpu_memory_utilization=0.45)
     assert len(fake_vllm.made) == 1
+    from dreamgym_pl.rollout.vllm_engine import check_memory_shares
+
     check_memory_shares([0.35, 0.35], 0.2)
     with pytest.raises(ValueError, match="train_memory_fraction"):
         check_memory_shares([0.9], 0.2)

@@ -16,6 +16,6 @@ if [ -z "${SKIP_INSTALL:-}" ]; then
   pip install -q -e ".[gpu]"     # vLLM brings its own CUDA torch
 fi
 status=0
-timeout 240 python experiments/gpu_check.py --out "$OUT/gpu_check.json" || { echo "FAIL gpu_check.py (rc $?)"; status=1; }
+timeout 600 python experiments/gpu_check.py --out "$OUT/gpu_check.json" || { echo "FAIL gpu_check.py (rc $?)"; status=1; }
 timeout 420 python experiments/gpu_pipeline_check.py --out "$OUT/gpu_pipeline_check.json" || status=1
 exit $status

@@ -51,7 +51,8 @@ class ExperienceModule(L.LightningModule):
 
     def configure_optimizers(self):
         return adamw_with_schedule([p for p in self.model.parameters() if p.requires_grad], self.lr, self.warmup_steps,
-                                   self.total_steps, weight_decay=self.weight_decay)
+                                   self.total_steps, weight_decay=self.weight_decay,
+                                   strategy=getattr(self._trainer, "strategy", None))  # offload: DeepSpeedCPUAdam
 
 
 def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat) -> list[Transition]:

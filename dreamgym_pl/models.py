@@ -174,13 +174,8 @@ def model_source(name_or_path: str | Path) -> tuple[str, str | None]:
 
 
 def _base_spec(name_or_path: str | Path) -> str:
-    """How an adapter names its base: a `PACKAGED` name as is (portable across machines), else the absolute path
-    of a local folder or file (a hub id as is)."""
-    name = str(name_or_path)
-    if name in PACKAGED:
-        return name
-    p = Path(name)
-    return str(p.resolve()) if p.exists() else name
+    """How an adapter names its base: a `PACKAGED` name as is (portable across machines), else as `_local` does."""
+    return str(name_or_path) if str(name_or_path) in PACKAGED else _local(name_or_path)
 
 
 def _from_pretrained(name_or_path: str | Path, dtype: str, trust_remote_code: bool) -> tuple[Any, Any]:

@@ -263,6 +263,31 @@ def test_purchase_checklist_hand_computed():
                     "so 3 of 5 are met and the reward is 0.60")
     text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4)
     assert "size small not chosen" in text and "so 2 of 5 are met and the reward is 0.40" in text
+    # env.trace=evidence: what the item page shows precedes each verdict it decides (no evidence for attributes
+    # or for an option the product lacks)
+    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"], evidence=True)
+    assert text == ("buying ends the episode . type coffee table : page acme classic coffee table : yes . "
+                    "non slip yes . mid century no . color white no color option . "
+                    "size small : page size (small) : yes . price under 290.00 : page $280.57 : yes . "
+                    "so 3 of 5 are met and the reward is 0.60")
+    text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4, evidence=True)
+    assert "size small : page size : not chosen ." in text
+
+
+def test_trace_option_reaches_explain_and_is_validated(shop):
+    from dreamgym_pl.envs.webshop.vec import WebShopVecEnv
+
+    with pytest.raises(ValueError, match="env.trace"):
+        WebShopVecEnv(shop, trace="bogus")
+    venv = WebShopVecEnv(shop, trace="evidence")
+    task = shop.tasks("train")[0]
+    agent = make_agent("oracle", env=venv)
+    traj = run_episodes(venv, [task], agent)[0]
+    buy = traj.transitions[-1]
+    assert buy.action == "click[buy now]"
+    title = shop.products[shop.by_asin[buy.info["asin"]]]["Title"]
+    assert f": page {title} : yes" in venv.explain(buy)
+    assert ": page" not in WebShopVecEnv(shop).explain(buy)
 
 
 def test_show_attributes_lists_them_on_the_item_page(shop):

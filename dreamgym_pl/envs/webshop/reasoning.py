@@ -4,22 +4,36 @@ did, and for a purchase a checklist of the goal's requirements against the bough
 The purchase checklist names each requirement with the words that decide it, so that the experience model
 can copy them from its prompt (the task line and the item page) instead of counting matches in one step:
 `type coffee table yes . non slip no . color white not chosen . size small yes . price under 320.00 yes .
-so 3 of 5 are met and the reward is 0.60`."""
+so 3 of 5 are met and the reward is 0.60`.
+
+`trace: evidence` also quotes, before each verdict it can be read from, what the item page shows for it (the
+title, the option's header as rendered, `size (small)` or a bare `size` when none was chosen, the price):
+`type coffee table : page acme classic coffee table : yes . size small : page size (small) : yes . price under
+320.00 : page $280.57 : yes`. The verdict then compares two neighbouring spans instead of the task line with a
+page 400 tokens back, which is what a small pretrained model gets wrong (README "SmolLM2 as the experience model").
+The attributes have no evidence on the item page (WebShop shows them on the description sub-page)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dreamgym_pl.core import Transition
-from dreamgym_pl.envs.webshop.env import parse_action
+from dreamgym_pl.envs.webshop.env import fmt_price, parse_action
 from dreamgym_pl.envs.webshop.reward import attribute_matches, option_matches
 
 
+TRACES = ("checklist", "evidence")  # env.trace
+
+
 def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: dict[str, str], info: dict[str, Any],
-                       reward: float) -> str:
-    """Each goal requirement with its outcome (by the reward's own match rules), then the count and reward."""
+                       reward: float, evidence: bool = False) -> str:
+    """Each goal requirement with its outcome (by the reward's own match rules), then the count and reward;
+    `evidence`: each verdict the item page decides is preceded by what the page shows (`page ...`)."""
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
-    parts = [f"type {goal.get('query') or goal.get('name', '')} {yes(info.get('r_type', 0) >= 1)}"]
+    shown = (lambda what: f": page {what} : ") if evidence else (lambda what: "")  # noqa: E731
+    sep = "" if evidence else " "
+    parts = [f"type {goal.get('query') or goal.get('name', '')} {shown(product.get('Title', ''))}{sep}"
+             f"{yes(info.get('r_type', 0) >= 1)}".replace("  ", " ")]
     parts += [f"{a} {yes(attribute_matches(product, [a]) > 0)}" for a in goal.get("attributes", [])]
     opts = goal.get("goal_options", {})
     named = opts.items() if isinstance(opts, dict) else [("", v) for v in opts]  # WebShop's files: a plain list
@@ -31,16 +45,21 @@ def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: 
             outcome = "not chosen"
         else:
             outcome = yes(option_matches(chosen, [val]) > 0)
-        parts.append(f"{otype} {val} {outcome}".strip())
-    parts.append(f"price under {float(goal.get('price_upper', 0.0)):.2f} {yes(info.get('r_price', 0) >= 1)}")
+        header = f"{otype} ({selected[otype]})" if otype in selected else otype
+        quote = shown(header) if evidence and otype in product.get("options", {}) else ""
+        parts.append(f"{otype} {val} {quote}{outcome}".strip().replace("  ", " "))
+    price = f"price under {float(goal.get('price_upper', 0.0)):.2f} "
+    quote = shown(fmt_price(product["Price"])) if evidence and "Price" in product else ""
+    parts.append(f"{price}{quote}{yes(info.get('r_price', 0) >= 1)}".replace("  ", " "))
     met = int(info.get("n_attr_match", 0) + info.get("n_option_match", 0) + info.get("r_price", 0))
     total = int(info.get("n_attrs", 0) + info.get("n_options", 0) + 1)
     return f"buying ends the episode . {' . '.join(parts)} . so {met} of {total} are met and the reward is {reward:.2f}"
 
 
-def webshop_reasoning(t: Transition, product: dict[str, Any] | None = None) -> str:
+def webshop_reasoning(t: Transition, product: dict[str, Any] | None = None, trace: str = "checklist") -> str:
     """The reasoning trace of a real WebShop transition (`WebShopVecEnv.explain`); `product` is the bought
-    product for a purchase (without it, or without the goal, a purchase is summarised by its match counts)."""
+    product for a purchase (without it, or without the goal, a purchase is summarised by its match counts);
+    `trace`: checklist | evidence (the purchase checklist quotes the item page, `purchase_checklist`)."""
     info = t.info
     if info.get("invalid"):
         return "the action is not available on this page so the page stays and nothing is bought"
@@ -51,7 +70,8 @@ def webshop_reasoning(t: Transition, product: dict[str, Any] | None = None) -> s
     if kind == "search":
         return f"searching for {arg} lists the best matching products ranked by relevance"
     if arg == "buy now" and product is not None and t.task.goal and "r_type" in info:
-        return purchase_checklist(t.task.goal, product, info.get("selected") or {}, info, t.reward)
+        return purchase_checklist(t.task.goal, product, info.get("selected") or {}, info, t.reward,
+                                  evidence=trace == "evidence")
     if arg == "buy now":
         n_a, a = int(info.get("n_attr_match", 0)), int(info.get("n_attrs", 0))
         n_o, o = int(info.get("n_option_match", 0)), int(info.get("n_options", 0))

@@ -13,7 +13,7 @@ from dreamgym_pl.envs.webshop.agents import WEBSHOP_AGENTS, make_webshop_agent
 from dreamgym_pl.envs.webshop.ending_rules import ending_check
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
 from dreamgym_pl.envs.webshop.goals import goal_type, products_by_type, variation_problem
-from dreamgym_pl.envs.webshop.reasoning import webshop_reasoning
+from dreamgym_pl.envs.webshop.reasoning import TRACES, webshop_reasoning
 from dreamgym_pl.envs.webshop.search import product_text
 
 # page controls and action forms the tokenizer must know besides the product texts
@@ -53,9 +53,13 @@ class WebShopVecEnv(SerialVecEnv):
     atomic_words = ("[SEP]",)
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False):
+                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False,
+                 trace: str = "checklist"):
         # validates the arguments now
         WebShopEnv(engine, max_steps, show_instruction, product_ids, show_attributes, show_result_options)
+        if trace not in TRACES:
+            raise ValueError(f"env.trace must be one of {TRACES}, got {trace!r}")
+        self.trace = trace
         self.engine = engine
         self._env_args = (max_steps, show_instruction, product_ids, show_attributes, show_result_options)
         super().__init__(self._new_env, engine.tasks, max_steps)
@@ -73,7 +77,7 @@ class WebShopVecEnv(SerialVecEnv):
     def explain(self, t: Transition) -> str:
         """What the action did; for a purchase, each goal requirement checked against the bought product."""
         i = self.engine.by_asin.get(t.info.get("asin", ""))
-        return webshop_reasoning(t, self.engine.products[i] if i is not None else None)
+        return webshop_reasoning(t, self.engine.products[i] if i is not None else None, self.trace)
 
     def corpus(self) -> list[str]:
         """The product texts (titles, attributes, options, bullet points), then the page controls."""
@@ -133,7 +137,7 @@ class WebShopVecEnv(SerialVecEnv):
 
 @register("webshop", scripted_agents=WEBSHOP_AGENTS)
 def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
-                 show_attributes: bool = False, show_result_options: bool = False,
+                 show_attributes: bool = False, show_result_options: bool = False, trace: str = "checklist",
                  **engine_kwargs: Any) -> WebShopVecEnv:
     return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes,
-                         show_result_options)
+                         show_result_options, trace)

@@ -5,6 +5,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CONF ?= webshop_s2r
+TORCH ?= torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 ARGS ?=
 # pinned versions (constraints.txt); `make install CONSTRAINTS=` resolves pyproject's ranges instead; after changing
 # the dependencies: `make lock CONSTRAINTS=` (installs from the ranges, then pins what is installed)
@@ -18,8 +20,11 @@ PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 $(BIN)/.installed-run: pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# the CPU build of torch first (a later unpinned resolution would pull a multi-GB CUDA build)
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# the CPU build of torch first (a later unpinned resolution would pull a multi-GB CUDA build): a local wheel where
+	# pip's find-links has one, else PyTorch's CPU index (PyPI's Linux torch is the CUDA build); then its dependencies
+	$(BIN)/python -m pip install -q --no-index --no-deps $(TORCH) 2>/dev/null || \
+	  $(BIN)/python -m pip install -q --no-deps --index-url $(TORCH_CPU_INDEX) $(TORCH)
+	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q $(PIN) -e '.[embed]'
 	$(if $(CONSTRAINTS),echo $(CONSTRAINTS) > $(BIN)/.pinned,rm -f $(BIN)/.pinned)
 	touch $@

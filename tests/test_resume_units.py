@@ -38,6 +38,23 @@ def test_total_steps():
     assert total_steps(_loader(), 7, 3) == 7      # max_steps wins
     assert total_steps(_loader(), 0, 3) == 12     # 3 epochs x 4 batches
     assert total_steps(_loader(), -1, 1) == 4
+    assert total_steps(_loader(), 7, 3, world=2) == 7   # max_steps: each rank's steps
+    assert total_steps(_loader(), 0, 3, world=2) == 6   # 12 batches shared by 2 ranks
+    assert total_steps(_loader(), 0, 1, world=3) == 2   # 4 batches on 3 ranks: rounded up, equal on every rank
+
+
+def test_rest_shards_the_one_sequence_among_ranks():
+    """Two ranks take alternate batches of the same seeded sequence (g mod 2), so together they see an epoch's
+    items once; a rank resumed after its first `skip` batches yields exactly its uninterrupted tail."""
+    straight = _flat(_Rest(_loader(), skip=0, total=8))  # 8 batches = 2 epochs of one process
+    r0 = _flat(_Rest(_loader(), skip=0, total=4, rank=0, world=2))
+    r1 = _flat(_Rest(_loader(), skip=0, total=4, rank=1, world=2))
+    assert r0 == straight[0::2] and r1 == straight[1::2]
+    assert sorted(x for b in r0[:2] + r1[:2] for x in b) == list(range(10))  # the first epoch, split
+    assert _flat(_Rest(_loader(), skip=3, total=4, rank=1, world=2)) == r1[3:]
+    assert len(_Rest(_loader(), skip=1, total=4, rank=1, world=2)) == 3
+    with pytest.raises(ValueError, match="rank 2"):
+        _Rest(_loader(), 0, 4, rank=2, world=2)
 
 
 def test_seed_stage_depends_on_seed_and_stage_only():

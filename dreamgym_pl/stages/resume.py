@@ -8,7 +8,9 @@ the step count. A resumed stage rebuilds everything else as it did the first tim
 seeded), loads the checkpoint, and trains on the batches its loader would have yielded after that step: the
 loader is iterated from its start (its shuffling generator advancing exactly as in the uninterrupted run) and
 the first `step` batches are skipped. So the resumed training equals the uninterrupted one. Data-parallel
-runs (world > 1) keep no step checkpoints (their samplers are Lightning's) and restart these stages.
+runs (world > 1) shard the same seeded sequence of batches themselves instead of Lightning's DistributedSampler
+(global batch g goes to rank g mod world, `_Rest`), so each rank skips its own first `step` batches the same way;
+under ZeRO every rank also saves its optimizer partition (policy/zero.py).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ def step_store(run: Any, stage: str) -> VersionedDir:
                                                   f"before it stay done), or rerun with resume=false")
 
 
-def total_steps(loader: DataLoader, max_steps: int, epochs: int) -> int:
-    """Optimizer steps of a stage: `max_steps` when > 0, else `epochs` passes over the loader."""
-    return max_steps if max_steps > 0 else epochs * len(loader)
+def total_steps(loader: DataLoader, max_steps: int, epochs: int, world: int = 1) -> int:
+    """Optimizer steps of a stage (on each of `world` ranks): `max_steps` when > 0, else `epochs` passes over the
+    loader's batches shared among the ranks (rounded up: every rank takes the same number of steps)."""
+    return max_steps if max_steps > 0 else -(-epochs * len(loader) // max(1, world))
 
 
 def _trainable(module: L.LightningModule) -> dict[str, torch.Tensor]:
@@ -55,9 +58,9 @@ def _trainable(module: L.LightningModule) -> dict[str, torch.Tensor]:
 
 
 def resumes_from_step(run: Any, stage: str) -> bool:
-    """Whether `stage` continues from a step checkpoint: resume=true, one process (under data parallelism a
-    stage restarts from its first step) and a checkpoint present."""
-    return bool(run.cfg.resume) and dist.world() == 1 and step_store(run, stage).current() is not None
+    """Whether `stage` continues from a step checkpoint: resume=true and a checkpoint present (every rank of a
+    data-parallel run reads the same one)."""
+    return bool(run.cfg.resume) and step_store(run, stage).current() is not None
 
 
 def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | None:
@@ -148,13 +151,19 @@ class StepCheckpoint(L.Callback):
             self.save(trainer, pl_module, self._step(trainer))
 
     def save(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int) -> None:
+        """Rank 0 makes the version folder; every rank writes its ZeRO optimizer partition (else rank 0 the
+        optimizer); rank 0 writes the rest and commits. The ranks reach this at the same step."""
         self.saved = step
+        store = step_store(self.run, self.stage)
+        vdir = store.root / f"{store.prefix}-{step:06d}"
+        if dist.is_main():
+            store.new(step)
+        dist.barrier()
+        save_optimizer(trainer.optimizers[0], vdir, dist.rank(), dist.is_main())
+        dist.barrier()
         if not dist.is_main():
             return
-        store = step_store(self.run, self.stage)
-        vdir = store.new(step)
         torch.save(_trainable(pl_module), vdir / "weights.pt")
-        save_optimizer(trainer.optimizers[0], vdir, dist.rank(), True)
         if trainer.lr_scheduler_configs:
             torch.save(trainer.lr_scheduler_configs[0].scheduler.state_dict(), vdir / "scheduler.pt")
         atomic_write_json(vdir / "progress.json", {"step": step, "total": self.total})
@@ -162,18 +171,24 @@ class StepCheckpoint(L.Callback):
 
 
 class _Rest(IterableDataset):
-    """The batches `loader` yields after its first `skip`, epoch after epoch, up to `total` in all."""
+    """Rank `rank` of `world`'s batches of `loader` (the g-th batch of the passes goes to rank g mod world; all of
+    them in one process) after its first `skip`, epoch after epoch, up to `total` of its own in all."""
 
-    def __init__(self, loader: DataLoader, skip: int, total: int):
-        self.loader, self.skip, self.total = loader, skip, total
+    def __init__(self, loader: DataLoader, skip: int, total: int, rank: int = 0, world: int = 1):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} outside a world of {world}")
+        self.loader, self.skip, self.total, self.rank, self.world = loader, skip, total, rank, world
 
     def __len__(self) -> int:
         return self.total - self.skip
 
     def __iter__(self) -> Iterator[Any]:
-        seen = 0
+        seen = g = 0  # this rank's batches so far; batches of the passes so far
         while seen < self.total:
             for batch in self.loader:  # a new pass draws its order from the loader's generator, as Lightning's would
+                mine, g = g % self.world == self.rank, g + 1
+                if not mine:
+                    continue
                 if seen >= self.skip:
                     yield batch
                 seen += 1
@@ -185,14 +200,15 @@ def fit(run: Any, stage: str, module: L.LightningModule, loader: DataLoader, val
         max_steps: int = -1, epochs: int = 1, **trainer_kwargs: Any) -> None:
     """`Trainer.fit` of a supervised stage with step checkpoints (`checkpoint_steps`), resumed from the stage's
     last one when resume=true. `max_steps` > 0 bounds the optimizer steps, else `epochs` passes."""
-    total = total_steps(loader, max_steps, epochs)
+    world = dist.world()
+    total = total_steps(loader, max_steps, epochs, world)
     state = load_step_state(run, stage, module)
     done = state["step"] if state else 0
-    callbacks = [] if dist.world() > 1 else [StepCheckpoint(run, stage, int(run.cfg.checkpoint_steps), total, state)]
+    callbacks = [StepCheckpoint(run, stage, int(run.cfg.checkpoint_steps), total, state)]
     if done >= total:
         return  # trained to the end before the kill: only what follows training is redone
-    if done:  # the rest of the batches, as one pass
-        loader = DataLoader(_Rest(loader, done, total), batch_size=None)
+    if done or world > 1:  # the rest of this rank's batches, as one pass (no DistributedSampler: an iterable)
+        loader = DataLoader(_Rest(loader, done, total, dist.rank(), world), batch_size=None)
         trainer_kwargs.update(max_epochs=1, max_steps=total - done)
         if trainer_kwargs.get("val_check_interval"):
             trainer_kwargs["val_check_interval"] = min(trainer_kwargs["val_check_interval"], total - done)

@@ -138,3 +138,18 @@ def test_a_folder_with_two_gguf_files_must_name_one(tmp_path):
     (tmp_path / "b.gguf").write_bytes(b"")
     with pytest.raises(ValueError, match="2 GGUF files"):
         model_source(tmp_path)
+
+
+@needs_smol
+@pytest.mark.parametrize("preset", ["webshop_dreamgym_smol", "webshop_s2r_smol"])
+def test_smol_presets_judge_with_the_experience_model_alone(preset, tmp_path):
+    """The presets validate, and the reward is the experience model's own: no outcome model, no ending rules, no
+    invalid-action rule; its purchase traces quote the page (env.trace=evidence) and the ending drill is on."""
+    from dreamgym_pl.config import validate
+    from tests.conftest import compose
+
+    cfg = compose([f"conf={preset}"])
+    validate(cfg, tmp_path)
+    e = cfg.experience
+    assert (e.model, e.outcome_model, e.ending_rules, e.invalid_action) == ("smollm2", "none", False, "model")
+    assert cfg.env.trace == "evidence" and e.ending_steps > 0

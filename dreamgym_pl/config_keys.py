@@ -201,7 +201,7 @@ RULES: dict[str, Rule] = {
     "env.product_ids": one_of("asin", "index"),
     "env.show_attributes": BOOL,
     "env.show_result_options": BOOL,
-    "env.trace": one_of("checklist", "evidence"),
+    "env.trace": one_of("checklist", "evidence", "tally"),
     "env.train_split": one_of("train", "valid_seen", "valid_unseen"),
     "env.test_split": one_of("train", "valid_seen", "valid_unseen"),
     "env.data_dir": nullable(TEXT),

@@ -265,27 +265,27 @@ def test_purchase_checklist_hand_computed():
     assert "size small not chosen" in text and "so 2 of 5 are met and the reward is 0.40" in text
     # env.trace=evidence: what the item page shows precedes each verdict it decides (no evidence for attributes
     # or for an option the product lacks)
-    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"], evidence=True)
+    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"], trace="evidence")
     assert text == ("buying ends the episode . type coffee table : page acme classic coffee table : yes . "
                     "non slip yes . mid century no . color white no color option . "
                     "size small : page size (small) : yes . price under 290.00 : page $280.57 : yes . "
                     "so 3 of 5 are met and the reward is 0.60")
-    text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4, evidence=True)
+    text = purchase_checklist(goal, product, {}, purchase_reward(product, [], goal), 0.4, trace="evidence")
     assert "size small : page size : not chosen ." in text
     # env.trace=tally: the evidence checks, then the failed ones named, the count and the type factor
-    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"], evidence=True, tally=True)
+    text = purchase_checklist(goal, product, {"size": "small"}, info, info["reward"], trace="tally")
     assert text.endswith("size small : page size (small) : yes . price under 290.00 : page $280.57 : yes . "
                          "failed : mid century , color white . so 3 of 5 are met , type factor 1.0 , "
                          "and the reward is 0.60")
     wrong = dict(info, r_type=0.5)
-    text = purchase_checklist(goal, product, {"size": "small"}, wrong, 0.3, evidence=True, tally=True)
+    text = purchase_checklist(goal, product, {"size": "small"}, wrong, 0.3, trace="tally")
     assert "type coffee table : page acme classic coffee table : no" in text
     assert text.endswith("failed : type , mid century , color white . so 3 of 5 are met , type factor 0.5 , "
                          "and the reward is 0.30")
     perfect = dict(goal, attributes=["non slip"], goal_options={"size": "small"})
     full = purchase_reward(product, ["small"], perfect)
     assert full["reward"] == pytest.approx(1.0)
-    text = purchase_checklist(perfect, product, {"size": "small"}, full, full["reward"], evidence=True, tally=True)
+    text = purchase_checklist(perfect, product, {"size": "small"}, full, full["reward"], trace="tally")
     assert text.endswith("price under 290.00 : page $280.57 : yes . nothing failed so the reward is 1.00")
 
 

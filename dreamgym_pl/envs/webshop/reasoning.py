@@ -32,10 +32,11 @@ TRACES = ("checklist", "evidence", "tally")  # env.trace
 
 
 def purchase_checklist(goal: dict[str, Any], product: dict[str, Any], selected: dict[str, str], info: dict[str, Any],
-                       reward: float, evidence: bool = False, tally: bool = False) -> str:
+                       reward: float, trace: str = "checklist") -> str:
     """Each goal requirement with its outcome (by the reward's own match rules), then the count and reward;
-    `evidence`: each verdict the item page decides is preceded by what the page shows (`page ...`);
-    `tally`: the failed checks are named and the type factor written before the reward (`trace: tally`)."""
+    `trace` (one of TRACES): `evidence` precedes each verdict the item page decides with what the page shows
+    (`page ...`); `tally` does that and names the failed checks and the type factor before the reward."""
+    evidence, tally = trace in ("evidence", "tally"), trace == "tally"
     yes = lambda ok: "yes" if ok else "no"  # noqa: E731
     shown = (lambda what: f": page {what} : ") if evidence else (lambda what: "")  # noqa: E731
     sep = "" if evidence else " "
@@ -91,8 +92,7 @@ def webshop_reasoning(t: Transition, product: dict[str, Any] | None = None, trac
     if kind == "search":
         return f"searching for {arg} lists the best matching products ranked by relevance"
     if arg == "buy now" and product is not None and t.task.goal and "r_type" in info:
-        return purchase_checklist(t.task.goal, product, info.get("selected") or {}, info, t.reward,
-                                  evidence=trace in ("evidence", "tally"), tally=trace == "tally")
+        return purchase_checklist(t.task.goal, product, info.get("selected") or {}, info, t.reward, trace)
     if arg == "buy now":
         n_a, a = int(info.get("n_attr_match", 0)), int(info.get("n_attrs", 0))
         n_o, o = int(info.get("n_option_match", 0)), int(info.get("n_options", 0))

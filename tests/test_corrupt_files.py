@@ -142,6 +142,26 @@ def test_step_checkpoint_files(finished, tmp_path, rel):
     assert rel in str(e.value) and "delete" in str(e.value) and "resume=false" in str(e.value)
 
 
+def test_step_checkpoint_of_another_world_size(finished, tmp_path, monkeypatch):
+    """A step checkpoint records the ranks that wrote it (its step counts each rank's batches); a resume under
+    another number fails before training, naming the numbers and the folder."""
+    import json
+
+    from dreamgym_pl.policy.algos.sft import SFT
+    from dreamgym_pl.policy.module import PolicyModule
+    from dreamgym_pl.stages.resume import load_step_state
+
+    d = _copy(finished, tmp_path)
+    run = _run(d)
+    model, tok = run.load_policy("checkpoints/base")
+    module = PolicyModule(model, tok, SFT(), lr=1e-3)
+    progress = VersionedDir(d / "checkpoints" / "sft" / "resume", prefix="step").current() / "progress.json"
+    assert json.loads(progress.read_text())["world"] == 1
+    monkeypatch.setattr("dreamgym_pl.stages.resume.dist.world", lambda: 2)  # the same run resumed by 2 ranks
+    with pytest.raises(ValueError, match="written by 1 rank.*this run has 2.*trainer.devices"):
+        load_step_state(run, "sft", module)
+
+
 @pytest.mark.parametrize("rel", ["checkpoints/sft/model.safetensors", "checkpoints/sft/config.json"])
 def test_stage_policy_checkpoint(finished, tmp_path, rel):
     """The policy a finished stage left (stages.json's `policy`), which the next stage starts from."""

@@ -57,6 +57,17 @@ def test_rest_shards_the_one_sequence_among_ranks():
         _Rest(_loader(), 0, 4, rank=2, world=2)
 
 
+def test_a_step_checkpoint_resumes_only_under_its_world_size():
+    from dreamgym_pl.stages.resume import check_world
+
+    check_world(1, 1, "ck/resume/step-000004")
+    check_world(2, 2, "ck/resume/step-000004")
+    with pytest.raises(ValueError) as e:
+        check_world(1, 2, "ck/resume/step-000004")
+    msg = str(e.value)
+    assert "written by 1 rank(s)" in msg and "has 2" in msg and "trainer.devices" in msg and "ck/resume" in msg
+
+
 def test_seed_stage_depends_on_seed_and_stage_only():
     seed_stage(0, "sft")
     a = torch.rand(3)

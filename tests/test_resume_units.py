@@ -7,7 +7,7 @@ from torch.utils.data import DataLoader
 import pytest
 
 from dreamgym_pl.run import CorruptFileError, VersionedDir
-from dreamgym_pl.stages.resume import _Rest, seed_stage, total_steps
+from dreamgym_pl.stages.resume import _Rest, check_world, seed_stage, total_steps
 
 
 def _loader():
@@ -58,12 +58,11 @@ def test_rest_shards_the_one_sequence_among_ranks():
 
 
 def test_a_step_checkpoint_resumes_only_under_its_world_size():
-    from dreamgym_pl.stages.resume import check_world
-
-    check_world(1, 1, "ck/resume/step-000004")
-    check_world(2, 2, "ck/resume/step-000004")
+    fix = "delete ck/resume to restart sft from its first step"
+    check_world(1, 1, "ck/resume/step-000004", fix)
+    check_world(2, 2, "ck/resume/step-000004", fix)
     with pytest.raises(ValueError) as e:
-        check_world(1, 2, "ck/resume/step-000004")
+        check_world(1, 2, "ck/resume/step-000004", fix)
     msg = str(e.value)
     assert "written by 1 rank(s)" in msg and "has 2" in msg and "trainer.devices" in msg and "ck/resume" in msg
 

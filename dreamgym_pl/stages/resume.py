@@ -16,7 +16,6 @@ under ZeRO every rank also saves its optimizer partition (policy/zero.py).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Iterator
 
 import lightning as L
@@ -64,14 +63,13 @@ def resumes_from_step(run: Any, stage: str) -> bool:
     return bool(run.cfg.resume) and step_store(run, stage).current() is not None
 
 
-def check_world(saved: int, now: int, vdir: Any) -> None:
+def check_world(saved: int, now: int, vdir: Any, fix: str) -> None:
     """A step checkpoint resumes only under the number of ranks that wrote it: its `step` counts each rank's own
     batches of the sharded sequence (`_Rest`) and its optimizer may be one ZeRO partition per rank, so under another
     world size batches would be skipped or trained twice. (Checkpoints without a `world` were written by 1 rank.)"""
     if saved != now:
         raise ValueError(f"{vdir}: this step checkpoint was written by {saved} rank(s) and this run has {now}; "
-                         f"resume with trainer.devices x trainer.num_nodes = {saved}, or delete {Path(vdir).parent} (or "
-                         f"run with resume=false) to restart the stage")
+                         f"resume with trainer.devices x trainer.num_nodes = {saved}, or {fix}")
 
 
 def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | None:
@@ -82,7 +80,7 @@ def load_step_state(run: Any, stage: str, module: L.LightningModule) -> dict | N
     store = step_store(run, stage)
     vdir = store.current()
     progress = read_json(vdir / "progress.json", store.fix, keys=("step", "total"))
-    check_world(int(progress.get("world", 1)), dist.world(), vdir)
+    check_world(int(progress.get("world", 1)), dist.world(), vdir, store.fix)
     state: dict[str, Any] = {"step": int(progress["step"])}
     for name in ("weights", "scheduler"):
         path = vdir / f"{name}.pt"

@@ -113,7 +113,7 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
         budget = _get(cfg, f"{stage}.real_budget")
         a = stage_algos[stage]
         per_task = episodes_per_task(a.get("group_size") or 1, a.get("baseline") or "group") \
-            * (_get(cfg, "env.max_steps") or 1)
+            * _get(cfg, "env.max_steps")
         if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
             size = f"{stage}.algo.group_size" if stage == "s2r" and a.get("group_size") != algo.get("group_size") \
                 else "algo.group_size"
@@ -132,13 +132,11 @@ def _check_model_source(key: str, name: str) -> None:
     """Before any work: a packaged checkpoint (models.PACKAGED) must be installed (the error says how), and
     `experience.model` must name a conf/model file, a packaged checkpoint or an existing folder / file."""
     from dreamgym_pl.models import PACKAGED, packaged_file
-    from dreamgym_pl.stages.experience import CONF_MODELS
+    from dreamgym_pl.stages.experience import CONF_MODELS, model_file
 
     if key == "experience.model":
         if (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
-            from omegaconf import OmegaConf
-
-            name = str(OmegaConf.load(CONF_MODELS / f"{name}.yaml").get("name_or_path"))
+            name = str(model_file(name)["name_or_path"])
             if name == "tiny":
                 raise ConfigError(f"{key}: the tiny model is the policy's (experience.model=policy builds it)")
         elif name not in PACKAGED and not Path(name).exists():

@@ -286,10 +286,8 @@ def generation_device(accelerator: str, cuda_available: bool, local_rank: int = 
 def add_lora(model: Any, lora: dict[str, Any]) -> Any:
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
-                     lora_dropout=float(lora.get("dropout", 0.0)),
-                     target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
-                     task_type="CAUSAL_LM")
+    cfg = LoraConfig(r=int(lora["r"]), lora_alpha=int(lora["alpha"]), lora_dropout=float(lora["dropout"]),
+                     target_modules=list(lora["target_modules"]), task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
 
@@ -302,15 +300,14 @@ def get_base_model(model_cfg: dict[str, Any], run_dir: Path, corpus: Iterable[st
     otherwise `from_pretrained(name_or_path)`; either + LoRA when `model.lora.enabled`."""
     name = model_cfg["name_or_path"]
     if name != "tiny":  # real models load from their own path; nothing is copied into the run dir
-        return load_pretrained(name, model_cfg.get("dtype", "bfloat16"), bool(model_cfg.get("trust_remote_code", False)),
-                               lora=model_cfg.get("lora"))
+        return load_pretrained(name, model_cfg["dtype"], model_cfg["trust_remote_code"], lora=model_cfg["lora"])
     base = Path(run_dir) / "checkpoints" / "base"
-    lora = model_cfg.get("lora")  # tiny with LoRA: the saved base + an adapter, as a real model
+    lora = model_cfg["lora"]  # tiny with LoRA: the saved base + an adapter, as a real model
     if (base / "config.json").exists():
         return load_pretrained(base, "float32", lora=lora)
     if corpus is None:
         raise ValueError("model.name_or_path=tiny needs a text corpus to train its tokenizer")
-    tok = train_word_tokenizer(corpus, int(model_cfg.get("vocab_size", 8000)), atomic_words)
+    tok = train_word_tokenizer(corpus, int(model_cfg["vocab_size"]), atomic_words)
     model = build_tiny_llama(tok, int(model_cfg["hidden_size"]), int(model_cfg["num_layers"]),
                              int(model_cfg["num_heads"]), int(model_cfg["intermediate_size"]),
                              int(model_cfg["max_positions"]), seed)

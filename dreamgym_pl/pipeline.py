@@ -23,7 +23,7 @@ log = logging.getLogger("dreamgym_pl")
 def expected_world(trainer: DictConfig) -> int | None:
     """The number of processes the trainer config asks for (devices x num_nodes), None when `devices` is not a
     count (`auto`, -1, a list of ids)."""
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    devices, nodes = trainer.devices, trainer.num_nodes
     if isinstance(devices, bool) or not isinstance(devices, int) or not isinstance(nodes, int) or devices < 1:
         return None  # -1 is "all devices": Lightning counts them
     return devices * nodes
@@ -33,7 +33,7 @@ def run_pipeline(cfg: DictConfig, run_dir: str | Path, callbacks: list | None = 
     """Validate the config, then run each requested stage not already completed (with resume=true).
     `callbacks`: extra Lightning callbacks attached to every training stage's Trainer."""
     config_checks.validate(cfg, run_dir)
-    dist.init_from_env(str(cfg.trainer.get("accelerator", "cpu")), expected_world(cfg.trainer))
+    dist.init_from_env(str(cfg.trainer.accelerator), expected_world(cfg.trainer))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run = Run(cfg, run_dir, callbacks)

@@ -63,7 +63,7 @@ def resolve(precision: Any, accelerator: str = "cpu", cpu_flags: list[str] | Non
 def run_precision(cfg: Any) -> Any:
     """The run's `trainer.precision`, resolved (`resolve`) for its accelerator on this machine: what its fits run."""
     t = cfg.trainer
-    return resolve(t.get("precision", "32-true"), t.get("accelerator", "auto"))
+    return resolve(t.precision, t.accelerator)
 
 
 def loop_precision(cfg: Any, where: Any) -> Any:
@@ -71,7 +71,7 @@ def loop_precision(cfg: Any, where: Any) -> Any:
     loop runs on the fit's kind of device, else 32-true (e.g. the copy warm start runs on the CPU before a GPU fit
     moves the model: the GPU's bfloat16 says nothing about the CPU's)."""
     device_type = where if isinstance(where, str) else device_of(where)
-    on_gpu = _gpu(cfg.trainer.get("accelerator", "auto"))
+    on_gpu = _gpu(cfg.trainer.accelerator)
     return run_precision(cfg) if (device_type == "cuda") == on_gpu else "32-true"
 
 

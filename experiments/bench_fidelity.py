@@ -77,7 +77,7 @@ def main() -> None:
     ckpt = d / "checkpoints" / args.policy
     if not (ckpt / "config.json").exists():
         sys.exit(f"--policy {args.policy}: no policy checkpoint at {ckpt}")
-    policy, tok = load_pretrained(ckpt, cfg.model.get("dtype", "float32"))
+    policy, tok = load_pretrained(ckpt, cfg.model.dtype)
     algo = algorithm(run)
     tasks = unseen_train_tasks(run) if args.split == "train" else run.env.tasks(args.split)
     if args.split == "val":  # a run made before the val split existed trained on today's val tasks
@@ -90,7 +90,7 @@ def main() -> None:
     actor = policy_actor(HFEngine(policy, tok, micro_batch=args.batch), run.prompt_cfg, run.env, algo.cfg.temperature,
                          algo.cfg.max_new_tokens, algo.cfg.top_p)
     buffer = load_replay(run)
-    experience = (load_pretrained(d / args.experience, experience_model_cfg(cfg).get("dtype", "float32"))
+    experience = (load_pretrained(d / args.experience, experience_model_cfg(cfg)["dtype"])
                   if args.experience else None)
     senv = make_synthetic_env(run, buffer, stored_starts(run), experience)
     senv.enrich = False  # a measurement: the buffer stays as the run left it
@@ -117,7 +117,7 @@ def main() -> None:
     print(f"policy {args.policy}, experience model {args.experience or run.state.get('experience')}, "
           f"on {len(tasks)} {args.split} tasks x {args.rollouts_per_task} rollouts; "
           f"replay.exclude={cfg.replay.exclude}, experience.invalid_action={cfg.experience.invalid_action}, "
-          f"experience.outcome_model={cfg.experience.get('outcome_model', 'none')}")
+          f"experience.outcome_model={cfg.experience.outcome_model}")
     print("| closed loop | real | synthetic |\n|---|---|---|")
     for name, a, b in ROWS:
         print(f"| {name} | {out[a]:.3f} | {out[b]:.3f} |")

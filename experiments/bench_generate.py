@@ -24,7 +24,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+from dreamgym_pl.stages.context import run_config  # noqa: E402
 
 
 def main() -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     from dreamgym_pl.stages.experience import experience_format
 
     run = Path(args.run_dir)
-    cfg = OmegaConf.load(run / "config.yaml")
+    cfg = run_config(run)
     model, tok = load_pretrained(run / "checkpoints" / "experience", "float32")
     model.eval()
 

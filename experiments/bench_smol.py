@@ -71,7 +71,7 @@ def main() -> None:
     import copy
 
     full = model
-    lora = add_lora(copy.deepcopy(model), {"r": args.lora_r, "alpha": 2 * args.lora_r,
+    lora = add_lora(copy.deepcopy(model), {"r": args.lora_r, "alpha": 2 * args.lora_r, "dropout": 0.0,
                                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                               "up_proj", "down_proj"]})
     variants = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omegaconf import OmegaConf  # noqa: E402
+from dreamgym_pl.stages.context import run_config  # noqa: E402
 
 from dreamgym_pl.models import load_pretrained  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
@@ -40,9 +40,7 @@ def main() -> None:
     if args.caches:
         return compare_caches(args)
     d = Path(args.run_dir)
-    cfg = OmegaConf.load(d / "config.yaml" if (d / "config.yaml").exists() else d / ".hydra" / "config.yaml")
-    cfg.resume = True
-    run = Run(cfg, d)
+    run = Run(run_config(d), d)
     buffer = load_replay(run)
     senv = make_synthetic_env(run, buffer, stored_starts(run))
     senv.enrich = False
@@ -83,10 +81,7 @@ def compare_caches(args: argparse.Namespace) -> None:
     d = Path(args.run_dir)
     res = []
     for cache in args.caches:
-        cfg = OmegaConf.load(d / "config.yaml")
-        cfg.resume = True
-        cfg.engine.cache = cache
-        run = Run(cfg, d)
+        run = Run(run_config(d, [f"engine.cache={cache}"]), d)
         senv = make_synthetic_env(run, load_replay(run), stored_starts(run))
         senv.enrich = False
         policy, tok = load_pretrained(d / "checkpoints" / "sft")

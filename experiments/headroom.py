@@ -41,7 +41,7 @@ def main() -> None:
     d = Path(args.run_dir)
     run = Run(run_config(d, overrides), d)
     tasks = run.env.tasks(args.split)[: args.tasks]
-    policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
+    policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.dtype)
     algo = algorithm(run)
     temp = algo.cfg.temperature if args.temperature is None else args.temperature
     engine = HFEngine(policy, tok, micro_batch=64)

@@ -3,7 +3,7 @@ import pytest
 from dreamgym_pl import models
 
 CFG = {"name_or_path": "tiny", "hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32,
-       "max_positions": 64, "vocab_size": 200}
+       "max_positions": 64, "vocab_size": 200, "lora": {"enabled": False}}
 CORPUS = ["search red tea click buy now", "task : buy tea action : click [ item 1 ]"]
 
 

@@ -43,10 +43,10 @@ def test_port_rule():
 
 def test_expected_world_from_trainer_config():
     assert expected_world(OmegaConf.create({"devices": 8, "num_nodes": 2})) == 16
-    assert expected_world(OmegaConf.create({"devices": 2})) == 2
+    assert expected_world(OmegaConf.create({"devices": 2, "num_nodes": 1})) == 2
     assert expected_world(OmegaConf.create({"devices": "auto", "num_nodes": 2})) is None
-    assert expected_world(OmegaConf.create({"devices": -1})) is None
-    assert expected_world(OmegaConf.create({"devices": [0, 1]})) is None
+    assert expected_world(OmegaConf.create({"devices": -1, "num_nodes": 1})) is None
+    assert expected_world(OmegaConf.create({"devices": [0, 1], "num_nodes": 1})) is None
 
 
 CHILD = """

@@ -177,8 +177,8 @@ def test_experience_model_takes_its_own_size_where_set():
     tok = train_word_tokenizer(["a small text to train on"], 100)
     cfg = OmegaConf.create({"seed": 0, "model": {"name_or_path": "tiny", "hidden_size": 16, "num_layers": 1,
                                                  "num_heads": 2, "intermediate_size": 32, "max_positions": 64},
-                            "experience": {"hidden_size": None, "num_layers": None, "num_heads": None,
-                                           "intermediate_size": None}})
+                            "experience": {"model": "policy", "lora": None, "hidden_size": None, "num_layers": None,
+                                           "num_heads": None, "intermediate_size": None}})
     run = SimpleNamespace(cfg=cfg, load_policy=lambda: (None, tok))
     same, _ = experience_model(run)
     assert (same.config.hidden_size, same.config.num_hidden_layers) == (16, 1)

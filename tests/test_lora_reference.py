@@ -22,7 +22,8 @@ def base(tmp_path_factory):
 
 def _trained_adapter(base, seed):
     """The base (from its folder) with a LoRA adapter whose B is not zero, as after a training stage."""
-    model, tok = load_pretrained(base, lora={"enabled": True, "r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]})
+    model, tok = load_pretrained(base, lora={"enabled": True, "r": 2, "alpha": 4, "dropout": 0.0,
+                                                 "target_modules": ["q_proj", "v_proj"]})
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for n, p in model.named_parameters():

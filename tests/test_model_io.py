@@ -20,7 +20,7 @@ def tiny(tmp_path_factory):
 def _lora(model):
     from dreamgym_pl.models import add_lora
 
-    m = add_lora(model, {"r": 2, "alpha": 4, "target_modules": ["q_proj", "v_proj"]})
+    m = add_lora(model, {"r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]})
     with torch.no_grad():  # a trained adapter: B != 0
         for n, p in m.named_parameters():
             if "lora_B" in n:
@@ -65,7 +65,8 @@ def test_real_model_adapter_kept_reloads_trainable_and_merged_leaves_model_unmer
     with torch.no_grad():
         assert torch.allclose(merged(ids).logits, peft(ids).logits, atol=1e-5)  # merged = base + adapter
     assert all(torch.equal(p, before[n]) for n, p in peft.named_parameters())  # the trained model stays unmerged
-    fresh, _ = load_pretrained(tmp_path / "ckpt", lora={"enabled": True, "r": 2, "alpha": 4, "target_modules": ["q_proj"]})
+    fresh, _ = load_pretrained(tmp_path / "ckpt", lora={"enabled": True, "r": 2, "alpha": 4, "dropout": 0.0,
+                                                                         "target_modules": ["q_proj"]})
     assert isinstance(fresh, PeftModel)  # merged weights + a fresh adapter when LoRA is on
     unnamed = _lora(build_tiny_llama(tok, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32))
     with pytest.raises(ValueError, match="merge_lora=true"):  # an adapter with no base to reload it from

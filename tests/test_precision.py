@@ -131,7 +131,7 @@ def test_run_precision_reads_the_trainer_config(monkeypatch):
     assert run_precision(OmegaConf.create({"trainer": {"accelerator": "cpu", "precision": "auto"}})) == "bf16-mixed"
     monkeypatch.setattr(provenance, "cpu_flags", lambda *a, **k: ["avx2"])
     assert run_precision(OmegaConf.create({"trainer": {"accelerator": "cpu", "precision": "auto"}})) == "32-true"
-    assert run_precision(OmegaConf.create({"trainer": {"precision": "32-true"}})) == "32-true"
+    assert run_precision(OmegaConf.create({"trainer": {"accelerator": "auto", "precision": "32-true"}})) == "32-true"
 
 
 def test_auto_precision_reaches_every_loop_and_the_benches_run(tmp_path, monkeypatch, capsys):

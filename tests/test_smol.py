@@ -68,7 +68,8 @@ def test_smol_loads_offline_and_generates(smol, monkeypatch):
 
 @needs_smol
 def test_smol_lora_step_changes_weights_and_round_trips(smol, tmp_path):
-    model, tok = load_pretrained("smollm2", "float32", lora={"enabled": True, "r": 4, "alpha": 8})
+    model, tok = load_pretrained("smollm2", "float32", lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0,
+                                                                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]})
     ids = tok(["search[red shirt] results: item 1 red cotton shirt $12.00"], return_tensors="pt")["input_ids"]
     before = _step(model, ids)
     changed = _changed(model, before)

@@ -110,8 +110,7 @@ class Run:
         if path:  # a kept adapter reloads trainable; full (or merged) weights get a fresh adapter when LoRA is on
             with reading(self.dir / path, f"rerun with resume=false, or drop the stage that saved {path} and the "
                                           f"stages after it from stages.json's completed list (it makes it again)"):
-                return load_pretrained(self.dir / path, mcfg.get("dtype", "float32"),
-                                       bool(mcfg.get("trust_remote_code")), lora=mcfg.get("lora"))
+                return load_pretrained(self.dir / path, mcfg["dtype"], mcfg["trust_remote_code"], lora=mcfg["lora"])
         tiny = mcfg["name_or_path"] == "tiny"
         corpus = self.tokenizer_corpus() if tiny else None
         words = self.atomic_words() if tiny else None
@@ -126,7 +125,7 @@ class Run:
 
         rel = f"checkpoints/{stage}"
         if merge_lora is None:
-            merge_lora = bool(self.cfg.model.get("merge_lora", False))
+            merge_lora = bool(self.cfg.model.merge_lora)
         if dist.is_main():  # merge_lora: the adapter merged into full weights, else the adapter alone
             save_model(model, tokenizer, self.dir / rel, merge_lora=merge_lora)
         dist.barrier()
@@ -142,7 +141,6 @@ class Run:
         from dreamgym_pl.stages.resume import ContinuedTensorBoardLogger
 
         tcfg = OmegaConf.to_container(self.cfg.trainer, resolve=True)
-        tcfg.pop("_name", None)
         tcfg["precision"] = run_precision(self.cfg)  # `auto`: bf16-mixed with AMX / a bf16 GPU, else 32-true
         strategy = tcfg.pop("strategy", "auto")
         if isinstance(strategy, dict):
@@ -154,7 +152,7 @@ class Run:
                       enable_model_summary=False, **tcfg)
         extra = list(callbacks or []) + self.callbacks
         if extra:
-            kwargs["callbacks"] = list(tcfg.get("callbacks") or []) + extra
+            kwargs["callbacks"] = extra
         kwargs.update(overrides)
         # a resumed stage's curves go on from its checkpoint's step (the checkpoint callbacks set the offset);
         # DeepSpeed: the logging batch size of our pre-batched loaders, float32 batches (policy/zero.py)
@@ -170,9 +168,9 @@ class Run:
         from dreamgym_pl.models import generation_device
         from dreamgym_pl.rollout.engine import make_engine
 
-        if (self.cfg.engine.get("name") or "hf") == "hf":
+        if self.cfg.engine.name == "hf":
             local = int(os.environ.get("LOCAL_RANK", 0))
-            model.to(generation_device(self.cfg.trainer.get("accelerator", "cpu"), torch.cuda.is_available(), local))
+            model.to(generation_device(self.cfg.trainer.accelerator, torch.cuda.is_available(), local))
         eng = self._engines.get(role)
         if eng is not None and getattr(eng, "tokenizer", tokenizer) is not tokenizer and hasattr(eng, "adopt") \
                 and eng.adopt(model, tokenizer):
@@ -209,15 +207,35 @@ class Run:
         return stats_from_sums(dist.all_sum(episode_sums(trajs)))
 
 
+GROUPS = ("conf", "env", "model", "algo", "trainer", "engine")  # conf/config.yaml's defaults list
+
+
+def run_choices(run_dir: str | Path) -> dict[str, str]:
+    """The config-group options a run was composed with (`.hydra/hydra.yaml`, written by experiments/run.py);
+    {} for a run made without Hydra's app (tests, sweeps)."""
+    path = Path(run_dir) / ".hydra" / "hydra.yaml"
+    if not path.exists():
+        return {}
+    with reading(path, "it is Hydra's record of the run's options: restore it or delete .hydra/"):
+        choices = OmegaConf.load(path).hydra.runtime.choices
+    return {g: str(choices[g]) for g in GROUPS if choices.get(g) is not None}
+
+
 def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
-    """A finished run's resolved config (`<run dir>/config.yaml`) over today's defaults (keys added since the run
-    was made get their defaults), with `key=value` overrides and resume=true: for tools that reuse a run."""
+    """A finished run's resolved config (`<run dir>/config.yaml`) over today's defaults of the same group options
+    and preset (`run_choices`: keys added since the run get their defaults), with `key=value` overrides and
+    resume=true: for tools that reuse a run. Without a record of its options, a group the run chose otherwise (an
+    algorithm, an env) is taken whole from the run: no keys merged across two options of one group."""
     from hydra import compose, initialize_config_dir
 
+    choices = run_choices(run_dir)
     with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
-        defaults = compose(config_name="config")
-    saved = OmegaConf.load(Path(run_dir) / "config.yaml")
+        defaults = compose(config_name="config", overrides=[f"{g}={v}" for g, v in choices.items()])
+    with reading(Path(run_dir) / "config.yaml", "it is the run's resolved config: restore it or rerun"):
+        saved = OmegaConf.load(Path(run_dir) / "config.yaml")
     OmegaConf.set_struct(defaults, False)
-    defaults.algo = saved.algo  # an algorithm's keys are its own (no merge across algorithms)
-    cfg = OmegaConf.merge(defaults, saved, OmegaConf.from_dotlist(list(overrides) + ["resume=true"]))
-    return cfg
+    if not choices:
+        defaults.algo = saved.algo  # an algorithm's keys are its own
+        if saved.env.name != defaults.env.name:
+            defaults.env = saved.env
+    return OmegaConf.merge(defaults, saved, OmegaConf.from_dotlist(list(overrides) + ["resume=true"]))

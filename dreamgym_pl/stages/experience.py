@@ -30,10 +30,10 @@ COPY_SEP = "predict :"  # the experience model's copy examples end their prompt 
 def experience_format(run: Run) -> ExperienceFormat:
     e = run.cfg.experience
     return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words,
-                            demo_next_words=e.get("demo_next_words"), state_words=e.state_words,
+                            demo_next_words=e.demo_next_words, state_words=e.state_words,
                             reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
                             synthetic_demos=run.cfg.replay.synthetic_demos,
-                            subject_demos=bool(run.cfg.replay.get("subject_demos", False)),
+                            subject_demos=bool(run.cfg.replay.subject_demos),
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
@@ -51,7 +51,7 @@ def load_replay(run: Run, fresh: bool = False, path: Path | None = None, fix: st
                                                   f"the stages after it from stages.json's completed list)")
     else:
         buf = ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
-    if run.cfg.replay.get("subject_demos", False):
+    if run.cfg.replay.subject_demos:
         buf.set_subject(run.env.action_subject)
     return buf
 
@@ -101,7 +101,7 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     t0 = time.time()
     res = ending_phase(model, tok, trajs, fmt, buffer, regular, e.ending_steps, e.ending_lr, e.batch_size,
                        run.cfg.seed + 5, e.grad_clip, e.warmup_steps, run.cfg.micro_batches,
-                       e.precision if e.get("precision") is not None else loop_precision(run.cfg, model))
+                       e.precision if e.precision is not None else loop_precision(run.cfg, model))
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 
@@ -109,25 +109,36 @@ TINY_SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
 CONF_MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
 
 
-def experience_model_cfg(cfg: Any) -> dict[str, Any]:
-    """The experience model's model config (`experience.model`): the policy's `model` group (policy), a
-    conf/model/<name>.yaml file, or conf/model/hf.yaml's settings with LoRA off over a local folder / .gguf file;
-    `experience.lora` (when not null) switches its LoRA on or off."""
+def model_file(name: str) -> dict[str, Any]:
+    """conf/model/<name>.yaml as Hydra composes the `model` group: the files its `defaults:` list names merged in
+    their order (`_self_` where it is listed, else last), so that e.g. llama31_8b carries hf's keys."""
     from omegaconf import OmegaConf
 
-    name = str(cfg.experience.get("model") or "policy")
+    own = OmegaConf.load(CONF_MODELS / f"{name}.yaml")
+    order = list(own.pop("defaults", None) or [])
+    if "_self_" not in order:
+        order.append("_self_")
+    parts = [own if d == "_self_" else OmegaConf.create(model_file(str(d))) for d in order]
+    return OmegaConf.to_container(OmegaConf.merge(*parts), resolve=True)
+
+
+def experience_model_cfg(cfg: Any) -> dict[str, Any]:
+    """The experience model's model config (`experience.model`): the policy's `model` group (policy), a
+    conf/model/<name>.yaml file (`model_file`), or conf/model/hf.yaml's settings with LoRA off over a local folder
+    / .gguf file; `experience.lora` (when not null) switches its LoRA on or off."""
+    from omegaconf import OmegaConf
+
+    name = str(cfg.experience.model)
     if name == "policy":
         mcfg = OmegaConf.to_container(cfg.model, resolve=True)
     elif (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
-        mcfg = OmegaConf.to_container(OmegaConf.load(CONF_MODELS / f"{name}.yaml"), resolve=True)
+        mcfg = model_file(name)
     else:
-        mcfg = OmegaConf.to_container(OmegaConf.load(CONF_MODELS / "hf.yaml"), resolve=True)
+        mcfg = model_file("hf")
         mcfg["name_or_path"] = name
         mcfg["lora"]["enabled"] = False
-    lora = cfg.experience.get("lora")
-    if lora is not None:
-        mcfg.setdefault("lora", {"enabled": False})
-        mcfg["lora"] = {**mcfg["lora"], "enabled": bool(lora)}
+    if cfg.experience.lora is not None:
+        mcfg["lora"] = {**mcfg["lora"], "enabled": bool(cfg.experience.lora)}
     return mcfg
 
 
@@ -140,16 +151,15 @@ def experience_model(run: Run) -> tuple[Any, Any]:
     m, e = experience_model_cfg(run.cfg), run.cfg.experience
     if m["name_or_path"] == "tiny":
         _, tok = run.load_policy()
-        size = {k: e.get(k) if e.get(k) is not None else m[k] for k in TINY_SIZE_KEYS}
+        size = {k: e[k] if e[k] is not None else m[k] for k in TINY_SIZE_KEYS}
         return build_tiny_llama(tok, size["hidden_size"], size["num_layers"], size["num_heads"],
                                 size["intermediate_size"], m["max_positions"], run.cfg.seed + 1), tok
-    return load_pretrained(m["name_or_path"], m.get("dtype", "float32"), bool(m.get("trust_remote_code")),
-                           lora=m.get("lora"))
+    return load_pretrained(m["name_or_path"], m["dtype"], m["trust_remote_code"], lora=m["lora"])
 
 
 def save_experience(run: Run, model: Any, tok: Any, stage: str) -> str:
     """The experience model -> checkpoints/<stage> (an adapter, or merged weights with its `merge_lora`)."""
-    return run.save_policy(model, tok, stage, merge_lora=bool(experience_model_cfg(run.cfg).get("merge_lora", False)))
+    return run.save_policy(model, tok, stage, merge_lora=bool(experience_model_cfg(run.cfg)["merge_lora"]))
 
 
 def sampled_policy(run: Run) -> Any:
@@ -227,7 +237,7 @@ def onpolicy_fidelity(run: Run, model: Any, tok: Any, buffer: Any, fmt: Experien
     real = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy")
     res = open_loop(run.engine_for("experience", model, tok), real, lambda t: demos_for(buffer, t, fmt), fmt,
                     run.cfg.experience.max_new_tokens, outcome=outcome,
-                    ending_check=run.env.ending_check if run.cfg.experience.get("ending_rules", False) else None)
+                    ending_check=run.env.ending_check if run.cfg.experience.ending_rules else None)
     if outcome is not None:
         res.update(outcome_report(outcome, real, "open_loop/outcome"))  # -> experience/onpolicy_outcome_* below
     used = sum(len(t.transitions) for t in real)
@@ -272,7 +282,7 @@ def run_stage(run: Run) -> None:
     module = ExperienceModule(model, tok, lr=e.lr, warmup_steps=e.warmup_steps, total_steps=e.max_steps,
                               micro_batches=run.cfg.micro_batches)
     by_steps = e.max_steps > 0
-    own = {"precision": e.precision} if e.get("precision") is not None else {}  # else trainer.precision
+    own = {"precision": e.precision} if e.precision is not None else {}  # else trainer.precision
     fit(run, "experience", module, train_dl, val_dl, max_steps=e.max_steps, epochs=e.epochs, gradient_clip_val=e.grad_clip,
         val_check_interval=min(e.val_every, e.max_steps) if by_steps else None,
         check_val_every_n_epoch=None if by_steps else 1, **own)

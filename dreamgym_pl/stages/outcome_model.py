@@ -19,7 +19,7 @@ OUTCOME_DIR = "checkpoints/outcome"
 
 
 def enabled(run: Run) -> bool:
-    return run.cfg.experience.get("outcome_model", "none") != "none"
+    return run.cfg.experience.outcome_model != "none"
 
 
 def report(model: Any, trajs: Sequence, prefix: str) -> dict[str, float]:

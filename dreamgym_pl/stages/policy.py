@@ -39,7 +39,7 @@ def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str, outcomes: Pat
     """`<prefix>/val_success_rate`, `val_mean_score`, `val_num_goals`: the greedy policy on the first
     `eval.val_goals` val tasks (the split sweeps and defaults are chosen on); {} when eval.val_goals is 0.
     `outcomes`: each val goal's outcome also goes to this JSONL file (paired comparisons on val)."""
-    n = int(run.cfg.eval.get("val_goals", 0) or 0)
+    n = int(run.cfg.eval.val_goals)
     if n <= 0:
         return {}
     res = run.evaluate(model, tokenizer, progress=f"val after {prefix}", num_goals=n, split="val",
@@ -121,8 +121,7 @@ def load_rl_checkpoint(run: Run, stage: str) -> tuple[Any, Any, dict | None]:
     if (vdir / "model").is_dir():
         with reading(vdir / "model", fix):
             m = run.cfg.model
-            model, tok = load_pretrained(vdir / "model", m.get("dtype", "float32"), bool(m.get("trust_remote_code")),
-                                         lora=m.get("lora"))
+            model, tok = load_pretrained(vdir / "model", m.dtype, m.trust_remote_code, lora=m.lora)
     else:  # the stage's start: no update made yet
         model, tok = run.load_policy()
     for key in ("scheduler", "value_head"):

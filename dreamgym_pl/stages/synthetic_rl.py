@@ -67,7 +67,7 @@ def load_experience(run: Run, vdir: Path | None = None) -> tuple[Any, Any]:
         fix = ("rerun with resume=false, or drop experience and the stages after it from stages.json's completed "
                "list (the experience stage makes it again)")
     with reading(path, fix):
-        return load_pretrained(path, experience_model_cfg(run.cfg).get("dtype", "float32"))
+        return load_pretrained(path, experience_model_cfg(run.cfg)["dtype"])
 
 
 def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
@@ -83,8 +83,8 @@ def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
                         starts, starts.meter.tasks, starts.meter.is_admissible, params,
                         max_steps=run.env.max_steps, invalid_action=e.invalid_action,
                         invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run),
-                        tool=run.env.tool_observation if e.get("real_tools", False) else None,
-                        ending_check=run.env.ending_check if e.get("ending_rules", False) else None)
+                        tool=run.env.tool_observation if e.real_tools else None,
+                        ending_check=run.env.ending_check if e.ending_rules else None)
 
 
 def task_generation_params(c: Any) -> SamplingParams:

@@ -48,7 +48,7 @@ def main() -> None:
     train, _ = split_by_task(trajs, cfg.experience.val_fraction, cfg.seed)
     fmt, buffer = experience_format(run), load_replay(run)
     model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
-                                 cfg.model.get("dtype", "float32"))
+                                 cfg.model.dtype)
     engine = HFEngine(model, tok, micro_batch=32)
     # episodes the env ended (a purchase, a win, a loss), not the step limit: the steps the model must judge
     ends = [tr for tr in train if tr.transitions and tr.transitions[-1].done and len(tr.transitions) < run.env.max_steps]

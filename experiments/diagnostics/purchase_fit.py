@@ -62,7 +62,7 @@ def main() -> None:
     fit, held = split_by_task(ends, args.held_fraction, args.seed)
     fmt, buffer = experience_format(run), load_replay(run)
     model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
-                                 cfg.model.get("dtype", "float32"))
+                                 cfg.model.dtype)
     demos = lambda t: demos_for(buffer, t, fmt)  # noqa: E731
     rng = random.Random(args.seed)
     judged = {"fit": rng.sample(fit, min(len(fit), args.max_judged)),

@@ -35,7 +35,8 @@ from dreamgym_pl.rollout.collector import run_episodes  # noqa: E402
 from dreamgym_pl.rollout.engine import HFEngine  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
-from dreamgym_pl.stages.experience import experience_format, load_replay, unseen_train_tasks  # noqa: E402
+from dreamgym_pl.stages.experience import (experience_format, experience_model_cfg, load_replay,  # noqa: E402
+                                          unseen_train_tasks)
 from dreamgym_pl.stages.outcome_model import load_outcome  # noqa: E402
 from dreamgym_pl.stages.policy import algorithm  # noqa: E402
 
@@ -56,7 +57,7 @@ def main() -> None:
     d = Path(args.run_dir)
     cfg = run_config(d, overrides)
     run = Run(cfg, d)
-    policy, tok = load_pretrained(d / "checkpoints" / args.policy, cfg.model.get("dtype", "float32"))
+    policy, tok = load_pretrained(d / "checkpoints" / args.policy, cfg.model.dtype)
     algo = algorithm(run)
     pool = unseen_train_tasks(run)
     tasks = random.Random(args.seed).sample(pool, min(args.tasks, len(pool)))
@@ -69,11 +70,12 @@ def main() -> None:
     subject_of = run.env.action_subject
     if buffer.subject is None:  # the kinds need the subject index even where the run's prompts do not use it
         buffer.set_subject(subject_of)
-    exp, etok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"), cfg.model.get("dtype", "float32"))
+    exp, etok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
+                                 experience_model_cfg(cfg)["dtype"])
     parsed, refs, nxt, ok = open_loop_steps(HFEngine(exp, etok, micro_batch=args.batch), real,
                                             lambda t: demos_for(buffer, t, fmt), fmt, cfg.experience.max_new_tokens,
                                             outcome=load_outcome(run),
-                                            ending_check=run.env.ending_check if cfg.experience.get("ending_rules") else None)
+                                            ending_check=run.env.ending_check if cfg.experience.ending_rules else None)
     kinds = [step_kind(t, subject_of(t.state.text, t.action),
                        buffer.subject_for(t.state.text, t.action, fmt.exclude, t.task.task_id,
                                           t.info.get("episode")) is not None) for t in refs]

@@ -75,7 +75,7 @@ def main() -> None:
     logging.getLogger("lightning").setLevel(logging.ERROR)
     d = Path(args.run_dir)
     run = Run(run_config(d, overrides), d)
-    policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
+    policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.dtype)
     algo = algorithm(run)
     pool = unseen_train_tasks(run)
     tasks = random.Random(args.seed).sample(pool, min(args.tasks, len(pool)))
@@ -86,7 +86,7 @@ def main() -> None:
     senv.enrich = False  # a measurement: the buffer stays as the run left it
     e = run.cfg.experience
     print(f"policy {args.policy}; experience.invalid_action={e.invalid_action}, "
-          f"experience.ending_rules={e.get('ending_rules', False)}, experience.outcome_model={e.get('outcome_model')}")
+          f"experience.ending_rules={e.ending_rules}, experience.outcome_model={e.outcome_model}")
     for name, env in (("real", run.env), ("synthetic", senv)):
         torch.manual_seed(args.seed)
         trajs = run_episodes(env, episodes, actor, batch_size=64)

@@ -138,7 +138,7 @@ def main() -> None:
         tasks = [t for t in run.env.tasks(args.split)[: args.tasks] if len(goal_option_values(t.goal)) >= 2]
         rec = DecisionRecorder(run.env.scripted_agent("oracle", run.cfg.seed), run.prompt_cfg)
         run_episodes(run.env, tasks, rec, batch_size=64)
-        model, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
+        model, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.dtype)
         model.eval()
         algo = algorithm(run)
         engine = HFEngine(model, tok, max_prompt_tokens=run.prompt_cfg.max_tokens, micro_batch=64,

@@ -89,7 +89,7 @@ def main() -> None:
     if args.agent:
         actor, who = make_agent(args.agent, seed=args.seed, eps=run.cfg.collect.noisy_eps, env=run.env), args.agent
     else:
-        policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.get("dtype", "float32"))
+        policy, tok = load_pretrained(d / "checkpoints" / args.policy, run.cfg.model.dtype)
         algo = algorithm(run)
         actor = policy_actor(HFEngine(policy, tok, micro_batch=64), run.prompt_cfg, run.env,
                              0.0 if args.greedy else algo.cfg.temperature, algo.cfg.max_new_tokens, algo.cfg.top_p)
@@ -136,7 +136,7 @@ def judge_purchases(run: Run, d: Path, real: list, labels: list[str]) -> dict[st
     annotate(trajs, run.env.explain)
     fmt, buffer = experience_format(run), load_replay(run)
     model, tok = load_pretrained(d / run.state.get("experience", "checkpoints/experience"),
-                                 run.cfg.model.get("dtype", "float32"))
+                                 run.cfg.model.dtype)
     preds = predict_last_steps(HFEngine(model, tok, micro_batch=32), trajs, lambda t: demos_for(buffer, t, fmt), fmt,
                                run.cfg.experience.max_new_tokens)
     out: dict[str, int] = collections.Counter()

@@ -24,21 +24,9 @@ def _require(cond: bool, key: str, msg: str) -> None:
         raise ConfigError(f"{key}: {msg}")
 
 
-def stage_algo(cfg: DictConfig, stage: str | None = None) -> dict[str, Any]:
-    """The `algo` config as a dict; for `stage`, with that stage's `<stage>.algo` overrides (s2r) put in."""
-    from dreamgym_pl.policy.algos import stage_algo_config
-
-    algo = OmegaConf.to_container(cfg.algo, resolve=True)
-    overrides = OmegaConf.select(cfg, f"{stage}.algo") if stage else None
-    if overrides is None:
-        return algo
-    return stage_algo_config(algo, OmegaConf.to_container(overrides, resolve=True), stage)
-
-
 def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
     from dreamgym_pl.envs.base import known_envs
     from dreamgym_pl.policy.algos import RL_ALGORITHMS, rl_algorithm
-    from dreamgym_pl.rollout.datamodule import episodes_per_task
     from dreamgym_pl.stages import STAGES
 
     stages = list(_get(cfg, "stages") or [])
@@ -91,35 +79,22 @@ def validate(cfg: DictConfig, run_dir: str | Path | None = None) -> None:
                  "stages", "synthetic_rl needs a trained experience model: add the experience stage")
     algo_name = _get(cfg, "algo.name")
     exp_model = str(_get(cfg, "experience.model") or "policy")
-    tiny_exp = exp_model == "policy" and _get(cfg, "model.name_or_path") == "tiny"
-    for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
-        _require(_get(cfg, f"experience.{k}") is None or tiny_exp, f"experience.{k}",
-                 "sizes only the embedded tiny experience model (model.name_or_path=tiny, experience.model=policy); a "
-                 "pretrained one has its own size: set it to null")
     if "experience" in stages and exp_model != "policy":
         _check_model_source("experience.model", exp_model)
     if _get(cfg, "model.name_or_path") not in (None, "tiny"):
         _check_model_source("model.name_or_path", str(_get(cfg, "model.name_or_path")))
     _require(algo_name in RL_ALGORITHMS, "algo.name", f"unknown algorithm {algo_name!r}; known: {sorted(RL_ALGORITHMS)}")
     algo = OmegaConf.to_container(cfg.algo, resolve=True)
-    stage_algos = {"rl": algo}
     try:
         rl_algorithm(algo)
-        stage_algos["s2r"] = stage_algo(cfg, "s2r")  # s2r.algo is a mapping: check_keys has run
-        rl_algorithm(stage_algos["s2r"])
     except (KeyError, TypeError) as e:
         raise ConfigError(str(e).strip("'\"")) from e
     for stage in ("rl", "s2r"):  # a hard budget below one task's longest episodes would run no iteration at all
         budget = _get(cfg, f"{stage}.real_budget")
-        a = stage_algos[stage]
-        per_task = episodes_per_task(a.get("group_size") or 1, a.get("baseline") or "group") \
-            * _get(cfg, "env.max_steps")
+        per_task = (algo.get("group_size") or 1) * _get(cfg, "env.max_steps")
         if stage in stages and _get(cfg, f"{stage}.budget_cap") and budget and budget < per_task:
-            size = f"{stage}.algo.group_size" if stage == "s2r" and a.get("group_size") != algo.get("group_size") \
-                else "algo.group_size"
             raise ConfigError(f"{stage}.real_budget: {budget} fits not one task under {stage}.budget_cap (its episodes "
-                              f"may take {per_task} transitions: {size} (+1 greedy episode with algo.baseline greedy "
-                              f"or group_greedy) x env.max_steps); raise it or set "
+                              f"may take {per_task} transitions: algo.group_size x env.max_steps); raise it or set "
                               f"{stage}.budget_cap=false")
     off = _get(cfg, "offline_file")
     has_offline = bool(off) or (run_dir is not None and (Path(run_dir) / "offline" / "transitions.jsonl").exists())

@@ -28,7 +28,6 @@ RULES: dict[str, Rule] = {
     "resume": BOOL,
     "checkpoint_every": POS_INT,
     "checkpoint_steps": POS_INT,
-    "group_batches": NONNEG_INT,
     "micro_batches": POS_INT,
     "offline_file": FILE,
     # ----- collect / sft / dpo -----------------------------------------------------------------
@@ -63,8 +62,6 @@ RULES: dict[str, Rule] = {
     "s2r.tasks_per_iter": POS_INT,
     "s2r.max_iters": POS_INT,
     "*.budget_cap": BOOL,  # rl and s2r
-    # s2r.algo.<key>: the rule of algo.<key> (rule_for); the mapping itself:
-    "s2r.algo": Rule(lambda v: hasattr(v, "keys"), "a mapping of algo keys -> values ({} for none)", 3),
     # ----- experience model --------------------------------------------------------------------
     "experience.model": TEXT,
     "experience.lora": nullable(BOOL),
@@ -72,8 +69,6 @@ RULES: dict[str, Rule] = {
     "experience.reasoning": BOOL,
     "experience.history": NONNEG_INT,
     "experience.demo_words": POS_INT,
-    "experience.demo_next_words": nullable(POS_INT),
-    "experience.real_tools": BOOL,
     "experience.ending_rules": BOOL,
     "experience.state_words": POS_INT,
     "experience.max_transitions": NONNEG_INT,
@@ -84,21 +79,13 @@ RULES: dict[str, Rule] = {
     "experience.batch_size": POS_INT,
     "experience.grad_clip": nullable(POS),
     "experience.terminal_repeat": POS_INT,
-    "experience.hidden_size": nullable(POS_INT),
-    "experience.num_layers": nullable(POS_INT),
-    "experience.num_heads": nullable(POS_INT),
-    "experience.intermediate_size": nullable(POS_INT),
-    "experience.copy_steps": NONNEG_INT,
     "experience.ending_steps": NONNEG_INT,
     "experience.ending_lr": POS,
-    "experience.copy_examples": NONNEG_INT,
-    "experience.copy_length": integer(4),
     "experience.val_every": POS_INT,
     "experience.max_prompt_tokens": POS_INT,
     "experience.max_target_tokens": POS_INT,
     "experience.val_fraction": number(0, 1, hi_open=True),
     "experience.judge_steps": NONNEG_INT,
-    "experience.policy_episodes": NONNEG_INT,
     "experience.onpolicy_episodes": NONNEG_INT,
     "experience.temperature": NONNEG,
     "experience.invalid_action": one_of("end", "stay", "model"),
@@ -111,7 +98,6 @@ RULES: dict[str, Rule] = {
     "experience.outcome_steps": POS_INT,  # outcome_model=none is the off switch
     "experience.outcome_lr": POS,
     "experience.outcome_batch_size": POS_INT,
-    "experience.outcome_freeze_layers": NONNEG_INT,
     "experience.outcome_max_length": POS_INT,
     "experience.outcome_agents.*": NONNEG_INT,
     "experience.outcome_agents": Rule(lambda v: hasattr(v, "keys") and all(is_int(n) and n >= 0 for n in v.values()),
@@ -122,7 +108,6 @@ RULES: dict[str, Rule] = {
     "replay.k": NONNEG_INT,
     "replay.exclude": one_of("task", "episode", "none"),
     "replay.synthetic_demos": BOOL,
-    "replay.subject_demos": BOOL,
     "replay.overfetch": NONNEG_INT,
     "replay.capacity": POS_INT,
     "replay.max_size": nullable(POS_INT),
@@ -175,8 +160,6 @@ RULES: dict[str, Rule] = {
     "algo.grad_clip": nullable(POS),
     "algo.adv_eps": POS,
     "algo.normalize_std": BOOL,
-    "algo.step_weight": one_of("step", "episode"),
-    "algo.baseline": one_of("group", "greedy", "group_greedy"),
     "algo.gamma": PROB,
     "algo.gae_lambda": PROB,
     "algo.vf_coef": NONNEG,
@@ -199,8 +182,6 @@ RULES: dict[str, Rule] = {
     "env.products_file": FILE,
     "env.attributes_file": FILE,
     "env.product_ids": one_of("asin", "index"),
-    "env.show_attributes": BOOL,
-    "env.show_result_options": BOOL,
     "env.trace": one_of("checklist", "evidence", "tally"),
     "env.train_split": one_of("train", "valid_seen", "valid_unseen"),
     "env.test_split": one_of("train", "valid_seen", "valid_unseen"),
@@ -266,12 +247,6 @@ RULES: dict[str, Rule] = {
 def rule_for(key: str) -> Rule | None:
     if key in RULES:
         return RULES[key]
-    if key.startswith("s2r.algo."):  # a stage's algo override has its algo key's rule
-        if key == "s2r.algo.name":
-            return Rule(lambda v: False, "left out: a stage keeps algo.name, its policy's algorithm", "ppo")
-        if key == "s2r.algo.max_new_tokens":  # evaluation decodes with algo.max_new_tokens: one bound for both
-            return Rule(lambda v: False, "left out: evaluation bounds actions by algo.max_new_tokens; set that", 32)
-        return RULES.get("algo." + key[len("s2r.algo."):])
     for pat, rule in RULES.items():
         if "*" in pat and fnmatch.fnmatchcase(key, pat) and key.count(".") == pat.count("."):
             return rule

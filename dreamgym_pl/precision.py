@@ -1,5 +1,5 @@
 """Mixed precision: `trainer.precision` resolved for this machine (`resolve`: `auto`, and Lightning's own conversions),
-and the loops that run outside a Lightning fit (the copy warm starts, the ending-step training, the experience model's
+and the loops that run outside a Lightning fit (the copy warm start, the ending-step training, the experience model's
 refreshes, the outcome model, DPO's reference log-probs) under the precision their fit would use (`loop_precision`,
 `autocast`); inside a fit's data module, RL's old / reference log-probs and PPO's old values under the fit's own
 context (`fit_context`).

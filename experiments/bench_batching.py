@@ -1,22 +1,20 @@
-"""Training-step cost of the supervised stages' batches in a random order (the reference) against the
-length-grouped order (`dreamgym_pl/policy/batching.py`), both measured in this run, alternating batch by batch on
-one model, with the padding share of each order.
+"""Training-step cost of the supervised stages' batches, in the seeded random order the stages draw them in
+(`dreamgym_pl/policy/batching.py`), whole (the reference) against `micro_batches=N` as the stages compute it
+(`dreamgym_pl/policy/micro.py`: N length-sorted parts, the batch's samples and loss unchanged), measured in this
+run, alternating step by step on one model.
 
 Batches, built from a run directory's offline data and tokenizer (after its sft stage; `--experience` also needs
 its experience stage's replay buffer):
 - copy: the sft stage's copy warm start (`sft.batch_size`, examples of 4-`sft.copy_length` tokens);
 - sft: the sft stage's demonstrations and copy examples;
 - experience: the experience stage's training samples (`experience.batch_size`).
-Each kind times `--steps` forward+backward passes of each order (the first batches of one pass; one warm-up pass
-first) on a model of the run's `model=tiny` size and prints mean seconds per step and the ratio reference /
-grouped. The number of steps a stage takes is fixed (`max_steps`), so the ratio is the stage's training speed-up.
+For each `--micro N`, each kind times `--steps` forward+backward passes (the first batches of one pass; one warm-up
+batch first) on a model of the run's `model=tiny` size and prints mean seconds per step, the padding share of the
+random order's pass, the ratio whole / micro, the token cells (padded positions included) of each, and how far the
+first batch's gradients differ (floating-point rounding only). The number of steps a stage takes is fixed
+(`max_steps`), so the ratio is the stage's training speed-up.
 
-With `--micro N` each kind also times the same random batches whole (the reference) and with `micro_batches=N`
-as the stages compute it (`dreamgym_pl/policy/micro.py`: N length-sorted parts, the batch's samples and loss
-unchanged), alternating step by step, and prints the ratio, the token cells (padded positions included) of each,
-and how far the first batch's gradients differ (floating-point rounding only).
-
-    python experiments/bench_batching.py --run-dir D [--group-batches 8] [--steps 40] [--experience] [--micro 2 4 8]
+    python experiments/bench_batching.py --run-dir D [--steps 40] [--experience] [--micro 2 4 8]
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
-from dreamgym_pl.policy.batching import length_grouped_order, padding_share, sample_lengths  # noqa: E402
+from dreamgym_pl.policy.batching import padding_share, sample_lengths, shuffled_order  # noqa: E402
 from dreamgym_pl.policy.micro import split_rows  # noqa: E402
 from dreamgym_pl.policy.samples import collate  # noqa: E402
 from dreamgym_pl.stages.sft import clone_set  # noqa: E402
@@ -52,7 +50,7 @@ def step_seconds(model, batch, micro: int = 1) -> float:
 
 def random_batches(samples: list, batch_size: int, steps: int, pad_id: int, seed: int) -> list[dict]:
     """`steps + 1` collated batches of `samples` in a seeded random order (the first one to warm up on)."""
-    order = length_grouped_order(sample_lengths(samples), batch_size, 0, random.Random(seed))
+    order = shuffled_order(len(samples), random.Random(seed))
     return [collate([samples[i] for i in order[j:j + batch_size]], pad_id)
             for j in range(0, min(len(order), (steps + 1) * batch_size), batch_size)]
 
@@ -76,32 +74,14 @@ def compare_micro(name: str, model, samples: list, batch_size: int, micro: int, 
     cells = {"whole": sum(int(b["input_ids"].numel()) for b in whole[1:]),
              "micro": sum(int(p["input_ids"].numel()) for b in whole[1:] for p in split_rows(b, micro))}
     mean = {k: statistics.mean(v) for k, v in times.items()}
+    pad = padding_share(sample_lengths(samples), shuffled_order(len(samples), random.Random(seed)), batch_size)
+    print(f"{name:10s} random order: padding share of a pass {pad:.3f} (batch {batch_size}, {len(samples)} samples)")
     for k in times:
         print(f"{name:10s} {k:8s} {mean[k]:.3f} s/step over {len(times[k])} steps, {cells[k]:,} token cells "
               f"(batch {batch_size}{'' if k == 'whole' else f' as {micro} micro-batches'})")
     print(f"{name:10s} ratio whole / micro ({micro}): {mean['whole'] / mean['micro']:.2f}x; token cells "
           f"{cells['whole'] / cells['micro']:.2f}x fewer; first batch's gradients: largest difference "
           f"{diff:.2e} of the largest gradient {scale:.2e} ({diff / scale:.1e} relative)")
-
-
-def compare(name: str, model, samples: list, batch_size: int, group_batches: int, steps: int, pad_id: int,
-            seed: int) -> None:
-    lengths = sample_lengths(samples)
-    orders = {"random": length_grouped_order(lengths, batch_size, 0, random.Random(seed)),
-              "grouped": length_grouped_order(lengths, batch_size, group_batches, random.Random(seed))}
-    batches = {k: [collate([samples[i] for i in o[j:j + batch_size]], pad_id)
-                   for j in range(0, min(len(o), (steps + 1) * batch_size), batch_size)] for k, o in orders.items()}
-    times: dict[str, list[float]] = {k: [] for k in orders}
-    for k in orders:
-        step_seconds(model, batches[k][0])  # warm-up
-    for i in range(1, min(len(b) for b in batches.values())):
-        for k in orders:  # alternating, so that a drift of the machine's speed hits both
-            times[k].append(step_seconds(model, batches[k][i]))
-    mean = {k: statistics.mean(v) for k, v in times.items()}
-    for k, o in orders.items():
-        print(f"{name:10s} {k:8s} {mean[k]:.3f} s/step over {len(times[k])} steps, padding share of a pass "
-              f"{padding_share(lengths, o, batch_size):.3f} (batch {batch_size}, {len(samples)} samples)")
-    print(f"{name:10s} ratio random / grouped (group_batches={group_batches}): {mean['random'] / mean['grouped']:.2f}x")
 
 
 def load_run(run_dir: str, seed: int):
@@ -146,11 +126,11 @@ def sft_samples(cfg, tok, trajs, seed: int) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-dir", required=True)
-    ap.add_argument("--group-batches", type=int, default=8, help="0: skip the grouped order's comparison")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--experience", action="store_true", help="also the experience stage's samples (needs replay/)")
-    ap.add_argument("--micro", type=int, nargs="*", default=[],
-                    help="also time each random batch with micro_batches=N (policy/micro.py), for each N given")
+    ap.add_argument("--micro", type=int, nargs="+", default=[4],
+                    help="time each random batch whole and with micro_batches=N (policy/micro.py), for each N given "
+                         "(default: 4, the stages' default)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -158,15 +138,11 @@ def main() -> None:
     run, c = Path(args.run_dir), cfg.sft
     print(f"{torch.get_num_threads()} threads; model of {sum(p.numel() for p in model.parameters()):,} parameters")
 
-    copies = copy_samples(cfg, tok, trajs, (args.steps + 1) * c.batch_size * max(1, args.group_batches), args.seed)
-    if args.group_batches > 0:
-        compare("copy", model, copies, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
+    copies = copy_samples(cfg, tok, trajs, (args.steps + 1) * c.batch_size, args.seed)
     for n in args.micro:
         compare_micro("copy", model, copies, c.batch_size, n, args.steps, tok.pad_token_id, args.seed)
 
     samples = sft_samples(cfg, tok, trajs, args.seed)
-    if args.group_batches > 0:
-        compare("sft", model, samples, c.batch_size, args.group_batches, args.steps, tok.pad_token_id, args.seed)
     for n in args.micro:
         compare_micro("sft", model, samples, c.batch_size, n, args.steps, tok.pad_token_id, args.seed)
 
@@ -181,9 +157,6 @@ def main() -> None:
         rng = random.Random(args.seed)
         picked = rng.sample(trajs, min(len(trajs), 300))
         samples = experience_samples(picked, tok, experience_format(SimpleNamespace(cfg=cfg)), buffer)
-        if args.group_batches > 0:
-            compare("experience", model, samples, cfg.experience.batch_size, args.group_batches, args.steps,
-                    tok.pad_token_id, args.seed)
         for n in args.micro:
             compare_micro("experience", model, samples, cfg.experience.batch_size, n, args.steps,
                           tok.pad_token_id, args.seed)

@@ -77,8 +77,7 @@ def outcome_kind(run_dir: Path, cfg, steps: int, seed: int) -> None:
         times: dict[str, list[float]] = {p: [] for p in PRECISIONS}
         for rep in range(2):  # two rounds of each, alternating
             for p in PRECISIONS:
-                model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
-                                     precision=p)
+                model = OutcomeModel(max_length=e.outcome_max_length, precision=p)
                 t0 = time.perf_counter()
                 train_outcome_model(model, ex, steps, e.outcome_batch_size, e.outcome_lr, seed + rep,
                                     micro_batches=micro)

@@ -61,7 +61,7 @@ def main() -> None:
     print("| measure | value |")
     print("|---|---|")
     print(f"| synthetic transitions/s (policy + experience model) | {n_syn / syn_s:.1f} |")
-    print(f"| real transitions/s (policy + real env `{cfg.env.name}`) | {n_real / real_s:.1f} |")
+    print(f"| real transitions/s (policy + real env `{run.cfg.env.name}`) | {n_real / real_s:.1f} |")
     print(f"| synthetic env step time: generation | {st['generate_s']:.2f} s |")
     for k in ("retrieval_s", "prompt_s", "parse_s"):
         print(f"| synthetic env step time: {k[:-2]} (share of generation) | {st[k]:.3f} s ({100 * st[k] / st['generate_s']:.1f}%) |")

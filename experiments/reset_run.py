@@ -92,8 +92,7 @@ def reset(src: Path, dst: Path, after: str, keep_replay: bool = False) -> list[s
     if "experience" not in kept:  # its replay, outcome model, and the episodes it played (read back on resume)
         shutil.rmtree(dst / "replay", ignore_errors=True)
         shutil.rmtree(dst / "checkpoints" / "outcome", ignore_errors=True)
-        for f in ("policy_transitions.jsonl", "outcome_transitions.jsonl"):
-            (dst / "offline" / f).unlink(missing_ok=True)
+        (dst / "offline" / "outcome_transitions.jsonl").unlink(missing_ok=True)
     (dst / "stages.json").write_text(json.dumps(kept_state(state, kept), indent=2))
     metrics = json.loads((src / "metrics.json").read_text())
     gone = [s for s in STAGE_NAMES if s not in kept]

@@ -1,6 +1,6 @@
 """The hard real budget of an RL stage (`rl.budget_cap` / `s2r.budget_cap`): rollout/datamodule.tasks_within_budget."""
 
-from dreamgym_pl.rollout.datamodule import episodes_per_task, tasks_within_budget
+from dreamgym_pl.rollout.datamodule import tasks_within_budget
 
 
 def test_tasks_within_budget_by_hand():
@@ -11,7 +11,7 @@ def test_tasks_within_budget_by_hand():
     assert tasks_within_budget(79, 8, 8, 10) == 0          # not one task fits: the stage ends
     assert tasks_within_budget(0, 8, 8, 10) == 0
     assert tasks_within_budget(-5, 8, 8, 10) == 0          # a budget already passed
-    assert tasks_within_budget(27, 8, 9, 3) == 1           # group 8 + the greedy episode, 3 steps each
+    assert tasks_within_budget(27, 8, 9, 3) == 1           # 9 episodes of <= 3 steps: exactly one task fits
 
 
 def test_capped_iterations_never_pass_the_budget():
@@ -22,8 +22,3 @@ def test_capped_iterations_never_pass_the_budget():
         used += n * 8 * 10
         iters += 1
     assert used <= budget and budget - used < 80 and iters == 1  # 7 tasks at 80: 560, then 40 left
-
-
-def test_episodes_per_task_counts_the_greedy_episode():
-    assert episodes_per_task(8) == 8 and episodes_per_task(8, "group") == 8
-    assert episodes_per_task(8, "greedy") == 9 and episodes_per_task(8, "group_greedy") == 9

@@ -91,6 +91,19 @@ def test_run_config_fills_a_key_added_since_from_the_runs_own_options(tmp_path):
     assert cfg.env.product_ids == today.env.product_ids  # webshop_tiny's own value, not webshop's
 
 
+def test_run_config_leaves_out_keys_removed_since_the_run(tmp_path, caplog):
+    from dreamgym_pl.stages.context import run_config
+
+    _saved_run(tmp_path, "webshop_tiny", "env=webshop_tiny")
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    saved.env.show_attributes = False  # levers measured, not adopted and deleted (issue 52)
+    saved.group_batches = 0
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    cfg = run_config(tmp_path)
+    assert "show_attributes" not in cfg.env and "group_batches" not in cfg
+    assert "env.show_attributes" in caplog.text and "group_batches" in caplog.text
+
+
 def test_a_corrupt_saved_config_names_its_file(tmp_path):
     from dreamgym_pl.stages.context import run_config
 

@@ -166,7 +166,7 @@ def test_target_cut_before_reward_is_invalid():
     assert not p.valid and "reward" in p.errors and "done" in p.errors
 
 
-def test_experience_model_takes_its_own_size_where_set():
+def test_experience_model_takes_the_policy_size():
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
@@ -177,14 +177,10 @@ def test_experience_model_takes_its_own_size_where_set():
     tok = train_word_tokenizer(["a small text to train on"], 100)
     cfg = OmegaConf.create({"seed": 0, "model": {"name_or_path": "tiny", "hidden_size": 16, "num_layers": 1,
                                                  "num_heads": 2, "intermediate_size": 32, "max_positions": 64},
-                            "experience": {"model": "policy", "lora": None, "hidden_size": None, "num_layers": None,
-                                           "num_heads": None, "intermediate_size": None}})
+                            "experience": {"model": "policy", "lora": None}})
     run = SimpleNamespace(cfg=cfg, load_policy=lambda: (None, tok))
     same, _ = experience_model(run)
-    assert (same.config.hidden_size, same.config.num_hidden_layers) == (16, 1)
-    cfg.experience.hidden_size, cfg.experience.num_layers = 32, 2
-    own, _ = experience_model(run)
-    assert (own.config.hidden_size, own.config.num_hidden_layers, own.config.intermediate_size) == (32, 2, 32)
+    assert (same.config.hidden_size, same.config.num_hidden_layers, same.config.intermediate_size) == (16, 1, 32)
 
 
 def test_bounded_trajectories_keep_whole_ones_of_every_agent_in_order():

@@ -98,11 +98,3 @@ def test_token_logprobs_alignment():
 
 def test_entropy_uniform():
     assert losses.entropy_from_logits(torch.zeros(1, 4)).item() == pytest.approx(math.log(4))
-
-
-def test_episode_weights_hand_computed():
-    # lengths 2, 4, 6: mean 4 -> 4/2, 4/4, 4/6; each episode's steps then sum to the mean length
-    assert losses.episode_weights([2, 4, 6]) == pytest.approx([2.0, 1.0, 2 / 3])
-    assert losses.episode_weights([]) == []
-    with pytest.raises(ValueError, match="every episode needs a step"):
-        losses.episode_weights([3, 0])

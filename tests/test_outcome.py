@@ -126,7 +126,7 @@ def test_outcome_model_trains_saves_and_loads(tmp_path):
     again = OutcomeModel(tmp_path / "o")
     flat = lambda xs: [v for pair in xs for v in pair]  # noqa: E731
     assert flat(again([(e.instruction, e.state, e.action) for e in ex])) == pytest.approx(flat(after), abs=1e-5)
-    with pytest.raises(ValueError, match="outcome_freeze_layers"):
+    with pytest.raises(ValueError, match="freeze_layers=7"):
         OutcomeModel(freeze_layers=7)
 
 

@@ -179,7 +179,8 @@ def test_auto_precision_reaches_every_loop_and_the_benches_run(tmp_path, monkeyp
     for kind in ("copy", "sft", "outcome/1"):
         assert f"\n{kind} " in out and "float32 / bfloat16 = " in out, out
     monkeypatch.setattr(sys, "argv", ["bench_batching.py", "--run-dir", str(tmp_path), "--steps", "2",
-                                      "--group-batches", "2", "--micro", "2"])
+                                      "--micro", "2"])
     runpy.run_path(str(ROOT / "experiments" / "bench_batching.py"), run_name="__main__")
     out = capsys.readouterr().out
-    assert "copy       ratio random / grouped" in out and "sft        ratio whole / micro (2)" in out, out
+    assert "copy       random order: padding share of a pass" in out, out
+    assert "copy       ratio whole / micro (2)" in out and "sft        ratio whole / micro (2)" in out, out

@@ -23,7 +23,7 @@ def _run(tmp_path: Path) -> Path:
         (src / d).mkdir(parents=True, exist_ok=True)
     (src / "checkpoints/rl/resume").mkdir(parents=True)  # a killed, uncompleted stage
     for f in ("history/synthetic_rl.json", "history/s2r.json", "plots/s2r_rollouts.png", "replay/CURRENT",
-              "offline/transitions.jsonl", "offline/policy_transitions.jsonl", "offline/outcome_transitions.jsonl"):
+              "offline/transitions.jsonl", "offline/outcome_transitions.jsonl"):
         (src / f).write_text("x")
     (src / "stages.json").write_text(json.dumps({"completed": STAGES, "policy": "checkpoints/s2r",
                                                  "experience": "checkpoints/experience_refreshed",

@@ -99,7 +99,7 @@ def test_budgets_are_sums_of_stage_counters(tmp_path):
 
     run = Run(compose(["env.num_products=50", "env.num_test=10", "env.num_val=10"]), tmp_path)
     run.record({"collect/real_transitions": 100})
-    run.record({"experience/policy_real_transitions": 7, "experience/real_transitions": 20})
+    run.record({"experience/outcome_real_transitions": 7, "experience/real_transitions": 20})
     run.record({"s2r/real_transitions": 30, "synthetic_rl/synthetic_transitions": 40, "synthetic_rl/real_resets": 4})
     run.record({"s2r/real_transitions": 30})  # again
     assert run.metrics["budget/real_transitions"] == 157.0

@@ -114,22 +114,6 @@ class Environment(ABC):
         (the synthetic env's `stay` rule copies the real env's): by default `obs` unchanged."""
         return obs
 
-    def action_subject(self, state_text: str, action: str) -> str | None:
-        """The name of what `action` opens, where the next state is a fixed function of it whatever the task
-        (WebShop: the product a results-page click opens, by its title), else None. With
-        `replay.subject_demos` the experience model is shown a real transition that opened the same thing, so
-        that it can copy the page instead of inventing it. Read from the state's text alone (synthetic states
-        carry no element ids), in a form that a detokenised copy of the page reads alike. A page that also shows
-        the task (WebShop's `show_instruction`) shows another task's in the demonstration. By default None."""
-        return None
-
-    def tool_observation(self, task: Task, action: str) -> Observation | None:
-        """The observation `action` leads to where it is a fixed function of the task and the action alone, read
-        from the real env (WebShop: a search's results page, the search engine's answer), else None. With
-        `experience.real_tools` the synthetic env takes it instead of generating one; each is a real transition
-        and is counted as one (`synthetic_rl/tool_real_transitions`). By default None."""
-        return None
-
     def ending_check(self, task: Task, history: Sequence[tuple[str, str]]) -> str | None:
         """Why an episode ending on `history` ((observation text, action) pairs, the ending action last) cannot be
         a success, decided by the task and what the agent saw and did, not by the env's hidden state (WebShop: a

@@ -7,9 +7,9 @@ n-gram to predict from, so the only way to lower the loss on these examples is t
 occurrence and copy its successor (an induction head). Tokens are drawn uniformly from the env's distinct
 tokens: drawn by frequency, the same few tokens (`[SEP]`, `:`) repeat within a sequence, the successor to copy is
 ambiguous, and the tiny model learned only the unigram loss in 1,500 steps (measured); drawn uniformly, its copy
-loss fell from 4.6 to 0.9 between steps 500 and 1,000 (batch 32). `copy_warmup` trains on them before the
-experience data (a warm start); `copy_examples` also mixes them into the experience data, so that the ability
-stays.
+loss fell from 4.6 to 0.9 between steps 500 and 1,000 (batch 32). The sft stage uses them for the tiny policy
+(stages/copy_start.py): `copy_warmup` trains on them before its demonstrations (a warm start); `copy_examples`
+also mixes them into the demonstrations, so that the ability stays.
 """
 
 from __future__ import annotations

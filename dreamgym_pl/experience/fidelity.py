@@ -108,31 +108,6 @@ def score_open_loop(parsed: Sequence[ParsedStep], refs: Sequence[Transition], ne
     }
 
 
-def step_kind(t: Transition, subject: str | None, has_subject_row: bool) -> str:
-    """What a real step does, for open-loop scores by kind: `search`, `opens` (the action opens a subject, e.g. a
-    product from a results page: `opens, shown` when the replay buffer holds a real transition that opened it,
-    `opens, unseen` otherwise), `ends` (a step that ends the episode: done; a step-limit cut is not one) or
-    `other`."""
-    if t.done:
-        return "ends"
-    if t.action.strip().lower().startswith("search"):
-        return "search"
-    if subject:
-        return "opens, shown" if has_subject_row else "opens, unseen"
-    return "other"
-
-
-def scores_by_kind(parsed: Sequence[ParsedStep], refs: Sequence[Transition], next_actions: Sequence[str | None],
-                   next_valid: Sequence[bool], kinds: Sequence[str]) -> dict[str, dict[str, float]]:
-    """`score_open_loop` on the steps of each kind (and `all`)."""
-    out = {"all": score_open_loop(parsed, refs, next_actions, next_valid=next_valid)}
-    for k in sorted(set(kinds)):
-        idx = [i for i, x in enumerate(kinds) if x == k]
-        out[k] = score_open_loop([parsed[i] for i in idx], [refs[i] for i in idx], [next_actions[i] for i in idx],
-                                 next_valid=[next_valid[i] for i in idx])
-    return out
-
-
 def open_loop_steps(engine: GenerationEngine, trajs: Sequence[Trajectory], demos, fmt: ExperienceFormat,
                     max_new_tokens: int, max_steps: int | None = None, outcome: Outcome | None = None,
                     ending_check: Callable[[Task, Sequence[tuple[str, str]]], str | None] | None = None):

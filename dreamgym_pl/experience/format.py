@@ -45,14 +45,11 @@ class ExperienceFormat:
     history_obs_words: int = 0  # words of each past state shown
     k: int = 2                  # demonstrations shown (retrieved real transitions); 0 = no retrieval
     demo_words: int = 40        # words of demo states / next states shown
-    demo_next_words: int | None = None  # words of demo next states shown (None: demo_words)
     state_words: int = 120      # words of the current state shown
     reasoning: bool = True      # target starts with a reasoning trace (False: ablation "no reasoning")
     exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
     overfetch: int = 4          # exclude=episode: extra neighbours retrieved so that k remain
     synthetic_demos: bool = False  # retrieval may show the buffer's synthetic transitions (enrichment); else real only
-    subject_demos: bool = False    # the last demonstration is a real transition that opened what the action opens
-                                   # (env.action_subject), its next state shown as the current state is (state_words)
     max_prompt_tokens: int = 768   # training prompts keep their last N tokens
     max_target_tokens: int = 256   # training targets keep their first N tokens
 
@@ -76,9 +73,8 @@ def build_prompt(instruction: str, history: Sequence[tuple[str, str]], demos: Se
                  action: str, fmt: ExperienceFormat) -> str:
     parts = []
     for d in list(demos)[: fmt.k]:
-        nxt = fmt.state_words if d.info.get("subject_demo") else (fmt.demo_next_words or fmt.demo_words)
         parts.append(f"example : state : {_words(d.state.text, fmt.demo_words)} action : {d.action} "
-                     f"next : {_words(d.next_state.text, nxt)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
+                     f"next : {_words(d.next_state.text, fmt.demo_words)} reward : {d.reward:.2f} done : {str(d.done).lower()}")
     parts += history_lines(history, fmt.history, fmt.history_obs_words)
     parts.append(f"state : {_words(state.text, fmt.state_words)}")
     parts.append(f"task : {instruction}")

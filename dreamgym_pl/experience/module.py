@@ -58,9 +58,7 @@ class ExperienceModule(L.LightningModule):
 def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat) -> list[Transition]:
     """Top-k real transitions similar to (task, state, action) under the format's exclusion rule: `task` (none of
     the transition's own task: leakage-free), `episode` (none of its own episode; `k + overfetch` are retrieved
-    so that k remain) or `none`; synthetic transitions only with `fmt.synthetic_demos`. With `fmt.subject_demos`
-    (and a buffer indexed by `set_subject`) the last is a real transition that opened the same subject, when one
-    passes the same exclusion rule."""
+    so that k remain) or `none`; synthetic transitions only with `fmt.synthetic_demos`."""
     if buffer is None or fmt.k <= 0:
         return []
     key = transition_key(t.task.instruction, t.state.text, t.action)
@@ -73,8 +71,7 @@ def demos_for(buffer: ReplayBuffer | None, t: Transition, fmt: ExperienceFormat)
     else:
         res = buffer.query([key], fmt.k + fmt.overfetch, real_only=real_only)[0]
         res = [d for d in res if d is not None and not (ep is not None and d.info.get("episode") == ep)]
-    row = buffer.subject_for(t.state.text, t.action, fmt.exclude, t.task.task_id, ep) if fmt.subject_demos else None
-    return buffer.with_subject(res, row, fmt.k)
+    return list(res)[: fmt.k]
 
 
 def experience_samples(trajs: Sequence[Trajectory], tokenizer: Any, fmt: ExperienceFormat,
@@ -129,13 +126,12 @@ def split_by_task(trajs: Sequence[Trajectory], val_fraction: float, seed: int = 
 
 def experience_loaders(train_trajs: Sequence[Trajectory], val_trajs: Sequence[Trajectory], tokenizer: Any,
                        fmt: ExperienceFormat, buffer: ReplayBuffer | None, batch_size: int, seed: int = 0,
-                       extra: Sequence[StepSample] = (), terminal_repeat: int = 1,
-                       group_batches: int = 0) -> tuple[DataLoader, DataLoader | None]:
-    """Train (shuffled, length-grouped with `group_batches` > 0: `policy/batching.py`; + `extra` samples;
-    episode-ending steps `terminal_repeat` times) and validation loaders."""
+                       extra: Sequence[StepSample] = (), terminal_repeat: int = 1
+                       ) -> tuple[DataLoader, DataLoader | None]:
+    """Train (shuffled; + `extra` samples; episode-ending steps `terminal_repeat` times) and validation loaders."""
     train = experience_samples(train_trajs, tokenizer, fmt, buffer, terminal_repeat) + list(extra)
     val = experience_samples(val_trajs, tokenizer, fmt, buffer)
-    tl = shuffled_loader(train, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed), group_batches)
+    tl = shuffled_loader(train, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed))
     coll = lambda b: collate(b, tokenizer.pad_token_id)  # noqa: E731
     vl = DataLoader(val, batch_size=batch_size, shuffle=False, collate_fn=coll) if val else None
     return tl, vl

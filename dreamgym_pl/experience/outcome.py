@@ -155,7 +155,7 @@ class OutcomeModel:
         """Freeze the embeddings and the first `layers` transformer layers (0: train everything)."""
         layers_ = self.encoder.encoder.layer
         if layers > len(layers_):
-            raise ValueError(f"experience.outcome_freeze_layers: {layers} > the model's {len(layers_)} layers")
+            raise ValueError(f"OutcomeModel: freeze_layers={layers} > the model's {len(layers_)} layers")
         for p in self.encoder.embeddings.parameters():
             p.requires_grad = layers == 0
         for k, layer in enumerate(layers_):

@@ -29,17 +29,15 @@ class SyntheticEnv:
                  is_admissible: Callable[[str, Observation], bool], params: SamplingParams, max_steps: int = 15,
                  enrich: bool = True, invalid_action: str = "end",
                  invalid_observation: Callable[[Observation, str], Observation] = lambda obs, action: obs,
-                 outcome: Outcome | None = None, tool: Callable[[Task, str], Observation | None] | None = None,
+                 outcome: Outcome | None = None,
                  ending_check: Callable[[Task, Sequence[tuple[str, str]]], str | None] | None = None):
         """`invalid_action`: what an action the current state does not offer does: `end` (failure state, reward
         0: the paper's rule), `stay` (`invalid_observation(state, action)`, reward 0, the episode goes on:
         the real env's rule) or `model` (no rule: the experience model predicts what follows, as for any
         action; the step is still marked invalid when the predicted list lacks the action). `outcome`: the
-        reward of a predicted ending (None: the experience model's own). `tool(task, action)`: the real
-        observation of an action that is a fixed function of task and action (the env's `tool_observation`), taken
-        instead of a generated one where not None (`stats["tool_calls"]`; reward 0, the episode goes on).
-        `ending_check(task, history)`: why a predicted ending on history ((state text, action) pairs, the ending
-        action last) cannot be a success (the env's `ending_check`), or None; a ruled-out ending is paid as a
+        reward of a predicted ending (None: the experience model's own). `ending_check(task, history)`: why a
+        predicted ending on history ((state text, action) pairs, the ending action last) cannot be a success
+        (the env's `ending_check`), or None; a ruled-out ending is paid as a
         failure (`judge_endings`; `stats["ending_ruled_out"]`: such endings judged a success without the rule)."""
         if invalid_action not in ("end", "stay", "model"):
             raise ValueError(f"experience.invalid_action: must be end, stay or model, got {invalid_action!r}")
@@ -54,7 +52,6 @@ class SyntheticEnv:
         self.params = params
         self.enrich = enrich
         self.outcome = outcome
-        self.tool = tool
         self.ending_check = ending_check
         self.defer_enrich = False
         self.pending: list[Transition] = []
@@ -112,13 +109,6 @@ class SyntheticEnv:
                 # the real env's rule: the state stays
                 out[i] = self._move(i, a, self.invalid_observation(self._obs[i], a), info)
                 continue
-            seen = self.tool(self._tasks[i], a) if self.tool is not None else None
-            if seen is not None:  # a real observation (e.g. a search's results): no generation
-                self._steps[i] += 1
-                self.stats["tool_calls"] = self.stats.get("tool_calls", 0) + 1
-                info = {"invalid": False, "synthetic": True, "tool": True, "success": False, "score": 0.0}
-                out[i] = self._move(i, a, seen, info)
-                continue
             live.append(i)
         if not live:
             return out
@@ -128,10 +118,6 @@ class SyntheticEnv:
             keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
             exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
             demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude)
-            if self.fmt.subject_demos:  # synthetic episodes have no real rows of their own episode to exclude
-                demos = [self.buffer.with_subject(d, self.buffer.subject_for(self._obs[i].text, actions[i], self.fmt.exclude,
-                                                                             self._tasks[i].task_id), self.fmt.k)
-                         for i, d in zip(live, demos)]
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
                    for j, i in enumerate(live)]

@@ -1,5 +1,5 @@
-"""A bare AdamW loop for the experience model's training outside a Lightning fit: the copy warm start
-(`copying.copy_warmup`) and the online refresh (`refresh.finetune`). The loss is the experience stage's (token
+"""A bare AdamW loop for training outside a Lightning fit: the sft stage's copy warm start
+(`copying.copy_warmup`) and the experience model's online refresh (`refresh.finetune`). The loss is the experience stage's (token
 cross-entropy on the target, prompt masked: `ExperienceModule`)."""
 
 from __future__ import annotations

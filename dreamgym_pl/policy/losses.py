@@ -31,30 +31,6 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[object], eps: fl
     return adv
 
 
-def baseline_advantages(rewards: Sequence[float], groups: Sequence[object], baselines: dict) -> list[float]:
-    """Self-critical advantages (SCST, Rennie et al. 2017): each reward minus its group's baseline, the return of the
-    group's task decoded greedily by the same policy (`baselines`: group -> that return). A sample is pushed up only
-    where it beats what greedy decoding does and down where it falls short, so the update aims at the greedy policy
-    (what evaluation decodes) instead of sharpening the samples towards it. A group without a baseline fails."""
-    missing = sorted({str(g) for g in groups if g not in baselines})
-    if missing:
-        raise KeyError(f"no greedy baseline for group(s) {missing[:3]}")
-    return [float(r) - float(baselines[g]) for r, g in zip(rewards, groups)]
-
-
-def episode_weights(lengths: Sequence[int]) -> list[float]:
-    """mean(lengths) / length of each episode: scaling a step's advantage by its episode's weight makes every episode
-    count once in the loss whatever its length, at the same mean weight per step (1). Without it a group's long
-    episodes (multi-step failures, loops of invalid actions) outweigh its short successes on the tokens all actions
-    share, although their advantages sum to 0."""
-    if not lengths:
-        return []
-    if min(lengths) <= 0:
-        raise ValueError(f"episode_weights: every episode needs a step, got lengths {list(lengths)}")
-    mean = sum(lengths) / len(lengths)
-    return [mean / n for n in lengths]
-
-
 def gae(rewards: Sequence[float], values: Sequence[float], gamma: float = 1.0, lam: float = 0.95,
         last_value: float = 0.0) -> tuple[list[float], list[float]]:
     """Generalised advantage estimation over one trajectory; returns (advantages, returns = adv + values).

@@ -1,12 +1,12 @@
-"""Length-sorted micro-batches of one right-padded batch (`micro_batches`: sft, the copy warm starts, the experience
+"""Length-sorted micro-batches of one right-padded batch (`micro_batches`: sft, its copy warm start, the experience
 model, token-mean RL objectives).
 
 `collate` pads every row of a batch to its longest, and a forward/backward pass pays for the padding (copy warm start
 ~43% of its cells, SFT ~33%, experience model ~23%, README "Where `make run`'s time goes"). Sorting one batch's rows
 by length and cutting them into N contiguous parts, each cut to its own longest row, pays for fewer cells; the
 loss stays the batch's: the mean over all its target tokens = (sum of each part's target log-prob sums) / (the batch's
-target tokens), so the gradient is the whole batch's up to rounding. Unlike `group_batches` (batching.py), which
-batch a sample lands in does not change: the samples of a step stay a random draw. Any loss that is a mean over
+target tokens), so the gradient is the whole batch's up to rounding. Which batch a sample lands in does not
+change: the samples of a step stay a random draw. Any loss that is a mean over
 the batch's target tokens splits the same way (`token_weighted`: sft, GRPO's token-mean surrogate, KL and entropy);
 per-row values without gradients (the RL stages' old and reference log-probs) split by `rowwise`.
 """

@@ -5,9 +5,6 @@
   duplicates (same task, state, action and next state) are skipped; the index grows past its capacity.
 - `max_size`: when set, the oldest synthetic entries are evicted first (marked deleted in the index).
 - `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries.
-- `set_subject(fn)`: index the real rows by `fn(state_text, action)` (the env's `action_subject`: what the action
-  opens); `subject_row(name, ...)` is the oldest such row a query may return, and `with_subject(demos, row, k)`
-  puts a copy of it (marked `info["subject_demo"]`) after the nearest neighbours. The index is derived, not saved.
 - `save(dir)` / `load(dir)`: each save writes a new version folder and then atomically swaps the
   `CURRENT` pointer file (`os.replace`), so a crash mid-save leaves the previous copy loadable.
 """
@@ -16,9 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import hnswlib
 import numpy as np
@@ -55,58 +51,6 @@ class ReplayBuffer:
         self.deleted: set[int] = set()
         self.synthetic_rows: set[int] = set()  # live synthetic rows: what `real_only` leaves out, kept as rows change
         self.task_rows: dict[str, set[int]] = {}  # task id -> its rows (leakage-free retrieval)
-        self.subject: Callable[[str, str], str | None] | None = None
-        self.subject_rows: dict[str, list[int]] = {}  # subject -> its real rows, oldest first (subject demos)
-
-    def set_subject(self, fn: Callable[[str, str], str | None] | None) -> None:
-        """Index every real row (and every later one) by `fn(state_text, action)`; None drops the index. Synthetic
-        rows are never indexed: a subject demonstration is shown as the page to copy, so it must be a real one
-        (and only synthetic rows are evicted, so the index never holds a deleted row)."""
-        self.subject, self.subject_rows = fn, {}
-        for i, t in enumerate(self.items):
-            if t is not None:
-                self._index_subject(i, t, self.sources[i])
-
-    def _index_subject(self, i: int, t: Transition, source: str) -> None:
-        if self.subject is not None and source != "synthetic":
-            name = self.subject(t.state.text, t.action)
-            if name:
-                self.subject_rows.setdefault(name, []).append(i)
-
-    def subject_row(self, name: str | None, exclude_task: str | None = None,
-                    exclude_episode: str | None = None) -> int | None:
-        """The oldest real row of subject `name` not of task `exclude_task` nor of episode `exclude_episode`, or
-        None."""
-        for i in self.subject_rows.get(name, ()) if name else ():
-            t = self.items[i]
-            if i in self.deleted or t is None:
-                continue
-            if exclude_task is not None and t.task.task_id == exclude_task:
-                continue
-            if exclude_episode is not None and t.info.get("episode") == exclude_episode:
-                continue
-            return i
-        return None
-
-    def subject_for(self, state_text: str, action: str, exclude: str, task_id: str | None,
-                    episode: str | None = None) -> int | None:
-        """`subject_row` of what `action` opens from `state_text`, under a retrieval exclusion rule (`replay.exclude`:
-        task excludes `task_id`'s rows, episode `episode`'s, none nothing); None without a subject index."""
-        if self.subject is None:
-            return None
-        return self.subject_row(self.subject(state_text, action), task_id if exclude == "task" else None,
-                                episode if exclude == "episode" else None)
-
-    def with_subject(self, demos: Sequence[Transition], row: int | None, k: int) -> list[Transition]:
-        """The first k - 1 of `demos` (best first; row `row` itself dropped if there), then a copy of row `row`
-        marked `info["subject_demo"]`: last, nearest the state in the prompt, and the last demonstration a prompt
-        cut to its last tokens loses. `demos[:k]` when `row` is None."""
-        if row is None or k <= 0:
-            return list(demos)[:k]
-        t = self.items[row]
-        assert t is not None
-        rest = [d for d in demos if d is not t]
-        return rest[: k - 1] + [replace(t, info={**t.info, "subject_demo": True})]
 
     def __len__(self) -> int:
         return len(self.items) - len(self.deleted)
@@ -135,7 +79,6 @@ class ReplayBuffer:
         self.sources.extend([source] * len(new))
         for i, t in enumerate(new, start):
             self.task_rows.setdefault(t.task.task_id, set()).add(i)
-            self._index_subject(i, t, source)
         if source == "synthetic":
             self.synthetic_rows.update(range(start, need))
         self._evict()

@@ -50,12 +50,6 @@ def iteration_rng(seed: int, iteration: int, stream: int) -> random.Random:
 TASK_STREAM, SHUFFLE_STREAM, TORCH_STREAM = 100003, 7919, 104729  # distinct primes: the streams never coincide
 
 
-def episodes_per_task(group_size: int, baseline: str = "group") -> int:
-    """Real episodes an RL iteration plays per task: its group, plus one greedy episode under baseline greedy /
-    group_greedy (both count against the budget)."""
-    return group_size + (1 if baseline in ("greedy", "group_greedy") else 0)
-
-
 def tasks_within_budget(remaining: int, tasks_per_iter: int, episodes_per_task: int, max_steps: int) -> int:
     """How many tasks an iteration may roll out so that its transitions cannot pass a hard budget: each task's
     episodes (`episodes_per_task`) may each take up to `max_steps` transitions. 0 when not one task fits."""
@@ -136,12 +130,11 @@ class RolloutDataModule(L.LightningDataModule):
 
     def fitting_tasks(self) -> int:
         """Tasks this iteration may roll out (all ranks): tasks_per_iter, or under `budget_cap` those whose episodes
-        (the group, plus the greedy one of baseline greedy / group_greedy) fit in the budget left at env.max_steps each."""
+        (the group) fit in the budget left at env.max_steps each."""
         if not self.budget_cap:
             return self.tasks_per_iter
-        c = self.algo.cfg
-        per_task = episodes_per_task(c.group_size, getattr(c, "baseline", "group"))
-        return tasks_within_budget(self.budget - self.consumed, self.tasks_per_iter, per_task, self.env.max_steps)
+        return tasks_within_budget(self.budget - self.consumed, self.tasks_per_iter, self.algo.cfg.group_size,
+                                   self.env.max_steps)
 
     @property
     def transitions_per_s(self) -> float:
@@ -157,10 +150,6 @@ class RolloutDataModule(L.LightningDataModule):
         engine = self.engine_factory(module.model, module.tokenizer)
         c = self.algo.cfg
         actor = policy_actor(engine, self.prompt_cfg, self.action_env, c.temperature, c.max_new_tokens, c.top_p)
-        baseline = getattr(c, "baseline", "group")
-        plays_greedy = baseline in ("greedy", "group_greedy")
-        greedy_actor = policy_actor(engine, self.prompt_cfg, self.action_env, 0.0, c.max_new_tokens, c.top_p) \
-            if plays_greedy else None
         if self.resume_batches is not None:  # the checkpoint's iteration whose rollouts were made before it
             seq, self.resume_batches = self.resume_batches, None
             module.pending_logs = dict(self.resume_logs)
@@ -171,21 +160,15 @@ class RolloutDataModule(L.LightningDataModule):
             rng = iteration_rng(self.seed, self.iteration, SHUFFLE_STREAM)
             tasks = self.next_tasks()
             trajs, perf = self.rollout(tasks, engine, actor)
-            # one greedy episode of each task, counted against the budget: the baseline (greedy) or a group member
-            greedy = self.rollout(tasks, engine, greedy_actor, group_size=1)[0] if plays_greedy else []
             # an episode that an unparseable synthetic transition ended says nothing about the policy: it is
             # counted against the budget but left out of the policy loss
-            # (group_greedy: the greedy episodes are members of their groups and trained like the samples)
-            learn = [t for t in (trajs + greedy if baseline == "group_greedy" else trajs)
-                     if not any(s.info.get("invalid_output") for s in t.transitions)]
-            extra = {"baselines": {t.task.task_id: trajectory_return(t, c) for t in greedy}} \
-                if baseline == "greedy" else {}
+            learn = [t for t in trajs if not any(s.info.get("invalid_output") for s in t.transitions)]
             with fit_context(self.trainer):  # PPO's old values as its training step computes the new ones
                 samples = self.algo.with_advantages(learn, self._step_samples(learn), module,
-                                                    module.tokenizer.pad_token_id, **extra)
+                                                    module.tokenizer.pad_token_id)
             rng.shuffle(samples)
             batches = self.minibatches(samples, module)
-            logs = {**self.account(trajs, greedy), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
+            logs = {**self.account(trajs), **perf, "rollout/unparseable_episodes": float(len(trajs) - len(learn))}
             self._notify("on_rollouts_end", trajs, logs)
             module.pending_logs = dict(logs)  # logged with the iteration's first training step
             self.history.append(dict(logs))
@@ -226,12 +209,11 @@ class RolloutDataModule(L.LightningDataModule):
         self.rank_log.append([t.task_id for t in mine])
         return mine
 
-    def rollout(self, tasks: Sequence[Task], engine: Any, actor: Any,
-                group_size: int | None = None) -> tuple[list[Trajectory], dict[str, float]]:
-        """group_size (default: the algorithm's) episodes of every task with the current weights."""
+    def rollout(self, tasks: Sequence[Task], engine: Any, actor: Any) -> tuple[list[Trajectory], dict[str, float]]:
+        """algo.group_size episodes of every task with the current weights."""
         engine.load_weights(self.trainer.lightning_module.model)
         t0, tok0 = time.perf_counter(), engine.generated_tokens
-        g = self.algo.cfg.group_size if group_size is None else group_size
+        g = self.algo.cfg.group_size
         trajs = run_episodes(self.env, [t for t in tasks for _ in range(g)], actor,
                              batch_size=self.rollout_batch, source=self.source)
         gen_s = time.perf_counter() - t0
@@ -264,28 +246,23 @@ class RolloutDataModule(L.LightningDataModule):
             batches.append(b)
         return batches
 
-    def account(self, trajs: Sequence[Trajectory], greedy: Sequence[Trajectory] = ()) -> dict[str, float]:
-        """Count the iteration's transitions (all ranks) against the budget; the rollout statistics (of the sampled
-        episodes; `greedy`, the one greedy episode per task of `algo.baseline` greedy / group_greedy, count against the
-        budget and get their own success rate)."""
+    def account(self, trajs: Sequence[Trajectory]) -> dict[str, float]:
+        """Count the iteration's transitions (all ranks) against the budget; the rollout statistics."""
         sums = episode_sums(trajs)
-        gsums = episode_sums(greedy)
         rets = [trajectory_return(t, self.algo.cfg) for t in trajs]
         mixed, groups = mixed_groups([t.task.task_id for t in trajs], rets)  # a task's G episodes share a rank
-        tot = dist.all_sum(sums + [sum(rets), float(mixed), float(groups)] + gsums)
+        tot = dist.all_sum(sums + [sum(rets), float(mixed), float(groups)])
         stats = stats_from_sums(tot[:5])
-        gstats = stats_from_sums(tot[8:])
-        self.local_consumed += int(sums[4] + gsums[4])
-        self.consumed += int(stats["transitions"] + gstats["transitions"])
-        self.episodes += int(tot[0] + tot[8])
+        self.local_consumed += int(sums[4])
+        self.consumed += int(stats["transitions"])
+        self.episodes += int(tot[0])
         return {"rollout/success_rate": stats["success_rate"], "rollout/mean_score": stats["mean_score"],
                 "rollout/mean_return": tot[5] / max(1.0, tot[0]),
                 "rollout/invalid_action_rate": stats["invalid_action_rate"], "rollout/mean_steps": stats["mean_steps"],
                 "rollout/episodes": tot[0],
                 # groups whose returns differ: the only ones that give a group-relative advantage a gradient
                 "rollout/mixed_groups_share": tot[6] / max(1.0, tot[7]),
-                f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration),
-                **({"rollout/greedy_success_rate": gstats["success_rate"]} if tot[8] else {})}
+                f"budget/{self.source}_transitions": float(self.consumed), "rollout/iteration": float(self.iteration)}
 
     def _notify(self, hook: str, *args: Any) -> None:
         trainer = self.trainer

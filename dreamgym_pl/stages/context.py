@@ -53,7 +53,7 @@ class Run:
     def record(self, values: dict[str, float]) -> None:
         """Stage metrics; `budget/<kind>` is re-derived as the sum of every stage's `.../*<kind>` counter, so a
         stage that is killed and redone never counts twice (kinds: real_transitions, synthetic_transitions,
-        real_resets; e.g. budget/real_transitions adds experience/policy_real_transitions)."""
+        real_resets; e.g. budget/real_transitions adds experience/outcome_real_transitions)."""
         self.metrics.update({k: float(v) for k, v in values.items()})
         for kind in ("real_transitions", "synthetic_transitions", "real_resets"):
             parts = [v for k, v in self.metrics.items() if not k.startswith("budget/") and k.endswith(kind)]
@@ -221,6 +221,22 @@ def run_choices(run_dir: str | Path) -> dict[str, str]:
     return {g: str(choices[g]) for g in GROUPS if choices.get(g) is not None}
 
 
+def drop_removed_keys(saved: DictConfig, run_dir: str | Path) -> list[str]:
+    """Delete from a saved run config the keys that no longer exist (levers removed since the run was made: no
+    rule in config_keys.py), with a warning naming them; returns their names."""
+    from dreamgym_pl.config_keys import leaf_keys, rule_for
+
+    gone = [k for k in leaf_keys(saved) if rule_for(k) is None]
+    for key in gone:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(saved, parent) if parent else saved
+        del node[leaf]
+    if gone:
+        log.warning("%s: keys no longer in the config left out (removed since the run was made): %s", run_dir,
+                    ", ".join(gone))
+    return gone
+
+
 def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
     """A finished run's resolved config (`<run dir>/config.yaml`) over today's defaults of the same group options
     and preset (`run_choices`: keys added since the run get their defaults), with `key=value` overrides and
@@ -233,6 +249,7 @@ def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
         defaults = compose(config_name="config", overrides=[f"{g}={v}" for g, v in choices.items()])
     with reading(Path(run_dir) / "config.yaml", "it is the run's resolved config: restore it or rerun"):
         saved = OmegaConf.load(Path(run_dir) / "config.yaml")
+    drop_removed_keys(saved, run_dir)
     OmegaConf.set_struct(defaults, False)
     if not choices:
         defaults.algo = saved.algo  # an algorithm's keys are its own

@@ -1,6 +1,6 @@
-"""The copy warm start of a model trained from scratch, shared by the sft stage (the policy: `sft.copy_steps`) and the experience
-stage (`experience.copy_steps`): AdamW steps on copy examples (`experience/copying.py`: the offline text's distinct
-tokens in random order, repeated verbatim) before the stage's own data.
+"""The copy warm start of a model trained from scratch, run by the sft stage (the policy: `sft.copy_steps`): AdamW
+steps on copy examples (`experience/copying.py`: the offline text's distinct tokens in random order, repeated
+verbatim) before the stage's own data.
 
 A pretrained LLM brings the ability to copy spans of its prompt; a tiny model trained from scratch on a few hundred
 trajectories does not learn it and answers with a typical text instead (the policy searched `honey` for a `dark

@@ -16,24 +16,20 @@ from dreamgym_pl.curriculum import task_generation_prompt, variation_pairs
 from dreamgym_pl.experience.annotate import annotate
 from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
 from dreamgym_pl.policy.samples import StepSample
-from dreamgym_pl.run import reading
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
-from dreamgym_pl.stages.copy_start import copy_warm_start, mixed_copy_examples
 from dreamgym_pl.stages.outcome_model import report as outcome_report
 from dreamgym_pl.stages.outcome_model import train_outcome
 
 log = logging.getLogger("dreamgym_pl")
-COPY_SEP = "predict :"  # the experience model's copy examples end their prompt as its prompts do
 
 
 def experience_format(run: Run) -> ExperienceFormat:
     e = run.cfg.experience
     return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words,
-                            demo_next_words=e.demo_next_words, state_words=e.state_words,
+                            state_words=e.state_words,
                             reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
                             synthetic_demos=run.cfg.replay.synthetic_demos,
-                            subject_demos=bool(run.cfg.replay.subject_demos),
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 
@@ -51,8 +47,6 @@ def load_replay(run: Run, fresh: bool = False, path: Path | None = None, fix: st
                                                   f"the stages after it from stages.json's completed list)")
     else:
         buf = ReplayBuffer(emb, capacity=run.cfg.replay.capacity, max_size=run.cfg.replay.max_size)
-    if run.cfg.replay.subject_demos:
-        buf.set_subject(run.env.action_subject)
     return buf
 
 
@@ -80,13 +74,6 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     return out
 
 
-def copy_training_examples(run: Run, tok: Any, trajs: list) -> list[StepSample]:
-    """`experience.copy_examples` sequences of the offline text's tokens in random order, to be repeated verbatim,
-    mixed into the experience data (`experience/copying.py`)."""
-    e = run.cfg.experience
-    return mixed_copy_examples(tok, trajs, e.copy_examples, e.copy_length, COPY_SEP, run.cfg.seed + 3)
-
-
 def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: ExperienceFormat, buffer: Any,
                     regular: Any) -> dict[str, float]:
     """`experience.ending_steps` steps on class-balanced episode-ending steps mixed with the stage's own samples,
@@ -105,7 +92,6 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 
-TINY_SIZE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
 CONF_MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
 
 
@@ -144,16 +130,14 @@ def experience_model_cfg(cfg: Any) -> dict[str, Any]:
 
 def experience_model(run: Run) -> tuple[Any, Any]:
     """The untrained experience model (`experience_model_cfg`): a fresh tiny Llama sharing the run's word tokenizer
-    (of the policy's size, or `experience.<hidden_size|num_layers|num_heads|intermediate_size>` where set), or a
-    pretrained model (its own tokenizer)."""
+    (of its model config's size), or a pretrained model (its own tokenizer)."""
     from dreamgym_pl.models import build_tiny_llama, load_pretrained
 
-    m, e = experience_model_cfg(run.cfg), run.cfg.experience
+    m = experience_model_cfg(run.cfg)
     if m["name_or_path"] == "tiny":
         _, tok = run.load_policy()
-        size = {k: e[k] if e[k] is not None else m[k] for k in TINY_SIZE_KEYS}
-        return build_tiny_llama(tok, size["hidden_size"], size["num_layers"], size["num_heads"],
-                                size["intermediate_size"], m["max_positions"], run.cfg.seed + 1), tok
+        return build_tiny_llama(tok, m["hidden_size"], m["num_layers"], m["num_heads"],
+                                m["intermediate_size"], m["max_positions"], run.cfg.seed + 1), tok
     return load_pretrained(m["name_or_path"], m["dtype"], m["trust_remote_code"], lora=m["lora"])
 
 
@@ -171,41 +155,6 @@ def sampled_policy(run: Run) -> Any:
     a = algorithm(run).cfg
     return policy_actor(run.engine_for("policy", policy, tok), run.prompt_cfg, run.env, a.temperature,
                         a.max_new_tokens, a.top_p)
-
-
-def policy_offline_data(run: Run) -> list:
-    """`experience.policy_episodes` sampled real episodes of the current (SFT) policy on the tasks the offline
-    data cover, one more offline agent whose mistakes (wrong item, wrong option, loops) the scripted agents
-    rarely make -> offline/policy_transitions.jsonl; their real transitions are counted
-    (experience/policy_real_transitions)."""
-    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
-    from dreamgym_pl.rollout.collector import run_episodes
-
-    n = run.cfg.experience.policy_episodes
-    path = run.dir / "offline" / "policy_transitions.jsonl"
-    if n <= 0 or not run.state.get("policy"):
-        return []
-    if run.cfg.resume and path.exists():
-        with reading(path, f"delete {path} (the experience stage samples it again), or rerun with resume=false"):
-            return group_trajectories(read_jsonl(path, Transition))
-    seen = list(dict.fromkeys(t.task.task_id for t in run.offline_trajectories()))
-    by_id = {t.task_id: t for t in run.env.tasks("train")}
-    tasks = [by_id[i] for i in seen if i in by_id]
-    rng = random.Random(run.cfg.seed + 2)
-    tasks = [tasks[rng.randrange(len(tasks))] for _ in range(n)]
-    actor = sampled_policy(run)
-    trajs = run_episodes(run.env, tasks, actor, batch_size=run.cfg.rollout.batch_size, source="policy",
-                         progress="policy episodes")
-    for ep, t in enumerate(trajs):
-        for s in t.transitions:
-            s.info = {k: v for k, v in s.info.items() if k not in ("prompt", "response_ids", "gen_logprobs")}
-            s.info["episode"] = f"policy-{ep}"
-    transitions = [s for t in trajs for s in t.transitions]
-    if dist.is_main():
-        write_jsonl(path, transitions)
-    run.record({"experience/policy_real_transitions": len(transitions), "experience/policy_real_resets": len(trajs),
-                "experience/policy_success_rate": sum(t.success for t in trajs) / max(1, len(trajs))})
-    return group_trajectories(transitions)
 
 
 def unseen_train_tasks(run: Run) -> list:
@@ -252,25 +201,20 @@ def run_stage(run: Run) -> None:
                                                split_by_task)
 
     e = run.cfg.experience
-    trajs = run.offline_trajectories() + policy_offline_data(run)
+    trajs = run.offline_trajectories()
     annotate(trajs, run.env.explain)
     # held-out tasks are split off first: they are never trained on nor retrieved while the judge scores them
     trajs, held_out = split_by_task(trajs, e.val_fraction, run.cfg.seed)
     buffer = load_replay(run, fresh=True)  # the stage (re)builds it: nothing of an earlier run in this folder stays
     buffer.add([t for tr in trajs for t in tr.transitions], source="offline")
-    # the scripted agents' data are bounded (whole trajectories, every agent in proportion); the policy's are all kept
-    scripted = bounded_trajectories([tr for tr in trajs if tr.source != "policy"], e.max_transitions, run.cfg.seed)
-    train_trajs, trajs = trajs, scripted + [tr for tr in trajs if tr.source == "policy"]
+    # the scripted agents' data are bounded (whole trajectories, every agent in proportion)
+    train_trajs, trajs = trajs, bounded_trajectories(trajs, e.max_transitions, run.cfg.seed)
     model, tok = experience_model(run)
     fmt = experience_format(run)
-    copy_res = copy_warm_start(run, "experience", model, tok, trajs, e.copy_steps, e.batch_size * 2, e.lr,
-                               e.copy_length, COPY_SEP, run.cfg.seed + 4, e.warmup_steps, e.grad_clip)
     gen_examples = task_generation_examples(run, tok)
-    copies = copy_training_examples(run, tok, trajs)
     train_dl, val_dl = experience_loaders(trajs, held_out, tok, fmt, buffer, e.batch_size, run.cfg.seed,
-                                          extra=gen_examples + copies, terminal_repeat=e.terminal_repeat,
-                                          group_batches=run.cfg.group_batches)
-    gen_ids = {id(g) for g in gen_examples + copies}  # task-generation and copy examples are not transitions
+                                          extra=gen_examples, terminal_repeat=e.terminal_repeat)
+    gen_ids = {id(g) for g in gen_examples}  # task-generation examples are not transitions
     lengths = target_length_report([int(s.scalars.get("target_tokens", len(s.response_ids)))  # before the cut
                                     for s in {id(x): x for x in train_dl.dataset}.values() if id(s) not in gen_ids],
                                    e.max_new_tokens)
@@ -298,8 +242,8 @@ def run_stage(run: Run) -> None:
     res.update(onpolicy_fidelity(run, module.model, tok, buffer, fmt, outcome))
     buffer.add([t for tr in held_out for t in tr.transitions], source="offline")  # judged: now real data for RL
     save_replay(run, buffer)
-    run.record({**res, **copy_res, **ending_res, **outcome_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
-                "experience/task_generation_examples": len(gen_examples), "experience/copy_examples": len(copies),
+    run.record({**res, **ending_res, **outcome_res, "experience/train_samples": len(train_dl.dataset), "experience/replay_size": len(buffer),
+                "experience/task_generation_examples": len(gen_examples),
                 "experience/targets_over_max_new_tokens": lengths["over_share"],
                 "experience/target_max_tokens": lengths["max_len"]})
     log.info("experience: %s", {k: round(v, 3) for k, v in res.items()})

@@ -91,7 +91,7 @@ def train_outcome(run: Run, trajs: Sequence, held_out: Sequence) -> tuple[Any, d
         log.warning("experience: no episode endings in the offline data: the outcome model is not trained and "
                     "the experience model's own rewards are used")
         return None, {}
-    model = OutcomeModel(freeze_layers=e.outcome_freeze_layers, max_length=e.outcome_max_length,
+    model = OutcomeModel(max_length=e.outcome_max_length,
                          precision=loop_precision(run.cfg, "cpu"))  # it runs on the CPU
     t0 = time.time()
     from tqdm import tqdm

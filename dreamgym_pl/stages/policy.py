@@ -49,11 +49,11 @@ def val_metrics(run: Run, model: Any, tokenizer: Any, prefix: str, outcomes: Pat
             f"{prefix}/val_num_goals": min(n, len(run.env.tasks("val")))}
 
 
-def algorithm(run: Run, stage: str | None = None) -> RLAlgorithm:
-    """The RL algorithm of `algo`; for `stage`, with that stage's `<stage>.algo` overrides (s2r) put in."""
-    from dreamgym_pl.config import stage_algo
+def algorithm(run: Run) -> RLAlgorithm:
+    """The RL algorithm of `algo` (every RL stage's)."""
+    from omegaconf import OmegaConf
 
-    return rl_algorithm(stage_algo(run.cfg, stage))
+    return rl_algorithm(OmegaConf.to_container(run.cfg.algo, resolve=True))
 
 
 # ----- RL checkpoints -------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def save_online_replay(vdir: Path, buffer: Any, online: OnlineReplay) -> None:
 
 
 def real_rl(run: Run, stage: str, budget: int, tasks_per_iter: int, max_iters: int, budget_cap: bool = False) -> None:
-    algo = algorithm(run, stage)
+    algo = algorithm(run)
     model, tok, state = load_rl_checkpoint(run, stage)
     vdir = state["dir"] if state else None
     buffer = stage_replay(run, stage, vdir)

@@ -37,8 +37,7 @@ def run_stage(run: Run) -> None:
                                    c.copy_length, ACTION_CUE, run.cfg.seed + 5, c.warmup_steps, c.grad_clip)
         copies = mixed_copy_examples(tok, offline, c.copy_examples, c.copy_length, ACTION_CUE, run.cfg.seed + 6)
     trajs = sft_trajectories(run)
-    loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed, extra=copies,
-                        group_batches=run.cfg.group_batches)
+    loader = sft_loader(trajs, tok, run.prompt_cfg, c.batch_size, run.cfg.seed, extra=copies)
     module = PolicyModule(model, tok, SFT(), lr=c.lr, warmup_steps=c.warmup_steps, total_steps=c.max_steps,
                           micro_batches=run.cfg.micro_batches)
     fit(run, "sft", module, loader, max_steps=c.max_steps, epochs=c.epochs, gradient_clip_val=c.grad_clip)

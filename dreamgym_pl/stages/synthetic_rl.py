@@ -83,7 +83,6 @@ def make_synthetic_env(run: Run, buffer: Any, starts: StoredStarts,
                         starts, starts.meter.tasks, starts.meter.is_admissible, params,
                         max_steps=run.env.max_steps, invalid_action=e.invalid_action,
                         invalid_observation=starts.meter.invalid_observation, outcome=load_outcome(run),
-                        tool=run.env.tool_observation if e.real_tools else None,
                         ending_check=run.env.ending_check if e.ending_rules else None)
 
 
@@ -263,7 +262,6 @@ def run_stage(run: Run) -> None:
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
         "synthetic_rl/replay_size": len(buffer),
-        **({"synthetic_rl/tool_real_transitions": st["tool_calls"]} if st.get("tool_calls") else {}),
         # predicted endings whose success the env's ending rules overturned (experience.ending_rules)
         **({"synthetic_rl/ending_ruled_out_share": st["ending_ruled_out"] / max(1, st["endings"])}
            if "endings" in st else {}),

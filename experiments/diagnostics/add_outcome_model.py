@@ -1,6 +1,6 @@
 """Train the outcome model (experience/outcome.py) of a run whose experience stage predates it, or again with other
-settings: the endings of the same training split as the experience stage's (offline data + the run's policy
-episodes, held-out tasks split off by `experience.val_fraction` and the seed) -> D/checkpoints/outcome, and prints
+settings: the endings of the same training split as the experience stage's (the offline data, held-out tasks
+split off by `experience.val_fraction` and the seed) -> D/checkpoints/outcome, and prints
 its verdicts on the held-out endings and, with `--policy-episodes N`, on N sampled episodes of the run's SFT policy
 on train tasks the offline data never touched (real transitions; nothing is written to metrics.json).
 
@@ -21,7 +21,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from dreamgym_pl.core import Transition, group_trajectories, read_jsonl  # noqa: E402
 from dreamgym_pl.experience.module import split_by_task  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
@@ -40,9 +39,6 @@ def main() -> None:
     run = Run(cfg, d)
     run.cfg.resume = False  # trained again, never loaded
     trajs = run.offline_trajectories()
-    pol = d / "offline" / "policy_transitions.jsonl"
-    if cfg.experience.policy_episodes > 0 and pol.exists():
-        trajs += group_trajectories(read_jsonl(pol, Transition))
     train, held_out = split_by_task(trajs, cfg.experience.val_fraction, cfg.seed)
     model, res = train_outcome(run, train, held_out)
     for k, v in sorted(res.items()):

@@ -6,7 +6,7 @@ exactly as in training: real history, retrieved demonstrations under `replay.exc
 successful episodes. Prints how many predicted rewards agree with the real one (within 0.05), how many are predicted
 successes, and the first examples' real and predicted reasoning traces.
 
-    python experiments/diagnostics/experience_purchases.py --run-dir D [--n 40] [--policy-data] [--out F.json]
+    python experiments/diagnostics/experience_purchases.py --run-dir D [--n 40] [--out F.json]
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True, type=Path)
     ap.add_argument("--n", type=int, default=40, help="failed episodes judged (and half as many successful ones)")
-    ap.add_argument("--policy-data", action="store_true", help="include offline/policy_transitions.jsonl")
     ap.add_argument("--show", type=int, default=3, help="examples printed per group")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
-    from dreamgym_pl.core import Transition, group_trajectories, read_jsonl
     from dreamgym_pl.experience.annotate import annotate
     from dreamgym_pl.experience.judge import predict_last_steps
     from dreamgym_pl.experience.module import demos_for, split_by_task
@@ -42,8 +40,6 @@ def main() -> None:
     cfg = run_config(d, [])
     run = Run(cfg, d)
     trajs = run.offline_trajectories()
-    if args.policy_data:
-        trajs += group_trajectories(read_jsonl(d / "offline" / "policy_transitions.jsonl", Transition))
     annotate(trajs, run.env.explain)
     train, _ = split_by_task(trajs, cfg.experience.val_fraction, cfg.seed)
     fmt, buffer = experience_format(run), load_replay(run)

@@ -1,7 +1,6 @@
 """The built-in WebShop environment in WebShop's text mode.
 
-Pages: search -> results (paged; with `show_result_options` each entry also lists the product's options) -> item
-(options, description, features, reviews; with `show_attributes` also the product's attributes) -> buy.
+Pages: search -> results (paged) -> item (options, description, features, reviews) -> buy.
 Observations join page elements with ` [SEP] ` and list the admissible actions; actions are
 `search[query]` and `click[element]`. An invalid action leaves the page unchanged, says so in the
 observation and is counted in `info`. The episode ends on `click[buy now]` (reward = WebShop's purchase
@@ -43,12 +42,6 @@ def parse_action(action: str) -> tuple[str, str] | None:
 def click_key(s: str) -> str:
     """Spacing-insensitive key for matching clicks ("next >" == "next>", "x - large" == "x-large")."""
     return re.sub(r"\s+", "", s.lower())
-
-
-def result_options(options: dict[str, list[str]]) -> str:
-    """A listed product's options in one line of its results entry (`show_result_options`):
-    `size: small, large ; color: red` (not clickable there: the item page offers them)."""
-    return " ; ".join(f"{otype}: " + ", ".join(vals) for otype, vals in options.items())
 
 
 def fmt_price(p: float) -> str:
@@ -98,12 +91,10 @@ class WebShopEnv:
     """One episode at a time over a shared WebShopEngine."""
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False):
+                 product_ids: str = "asin"):
         if product_ids not in ("asin", "index"):
             raise ValueError(f"env.product_ids: must be asin or index, got {product_ids!r}")
         self.product_ids = product_ids
-        self.show_attributes = show_attributes
-        self.show_result_options = show_result_options
         self.engine = engine
         self.max_steps = max_steps
         self.show_instruction = show_instruction
@@ -163,8 +154,6 @@ class WebShopEnv:
                 for k, i in enumerate(self._page_results()):
                     p = e.products[i]
                     parts += [self._handle(k, i), p["Title"], fmt_price(p["Price"])]
-                    if self.show_result_options and p["options"]:  # what the item page will offer, to choose by
-                        parts.append(result_options(p["options"]))
             elif s.page == "item":
                 p = e.products[s.item]
                 parts += [BACK, PREV]
@@ -172,10 +161,7 @@ class WebShopEnv:
                     sel = s.selected.get(otype)
                     parts.append(f"{otype}:" if sel is None else f"{otype} ({sel}):")
                     parts += vals
-                parts += [p["Title"], f"price: {fmt_price(p['Price'])}"]
-                if self.show_attributes:  # what WebShop's reward checks, on the page where the purchase is made
-                    parts.append("attributes: " + ", ".join(p["Attributes"]))
-                parts += [*SUBPAGES, BUY]
+                parts += [p["Title"], f"price: {fmt_price(p['Price'])}", *SUBPAGES, BUY]
             else:
                 p = e.products[s.item]
                 parts += [BACK, PREV]

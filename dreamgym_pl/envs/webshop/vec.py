@@ -8,7 +8,7 @@ import re
 from typing import Any, Sequence
 
 from dreamgym_pl.core import Observation, Task, Transition
-from dreamgym_pl.envs.base import SerialVecEnv, action_key, canonical_action, register, root_goal
+from dreamgym_pl.envs.base import SerialVecEnv, action_key, register, root_goal
 from dreamgym_pl.envs.webshop.agents import WEBSHOP_AGENTS, make_webshop_agent
 from dreamgym_pl.envs.webshop.ending_rules import ending_check
 from dreamgym_pl.envs.webshop.env import SEP, WebShopEngine, WebShopEnv, get_engine
@@ -21,30 +21,6 @@ CORPUS_ACTIONS = ("click[back to search]", "click[next >]", "click[< prev]", "cl
 INVALID_NOTE = re.compile(r"^\s*invalid action\s*:.*?\[SEP\]\s*", re.IGNORECASE | re.DOTALL)
 
 
-# lower case without whitespace: the synthetic env's pages are detokenised model text (`t - shirt`, `$ 3 . 08`)
-_flat = action_key
-_CONTROL_HANDLES = {_flat(c) for c in ("back to search", "next >", "< prev", "buy now", "description", "features",
-                                       "reviews")}
-
-
-def clicked_title(state_text: str, action: str) -> str | None:
-    """The product a click on a results page opens, named by the title and price listed after the clicked handle
-    (`... [SEP] item 2 [SEP] <title> [SEP] $12.00 ...`; a title alone is not unique), whitespace removed and lower
-    case, so that a real page and its detokenised synthetic copy name it alike; else None (another page, another
-    action, a handle the page does not list)."""
-    m = re.fullmatch(r"\s*click\s*\[(.*)\]\s*", action, re.DOTALL)
-    if not m or _flat(m.group(1)) in _CONTROL_HANDLES:
-        return None
-    handle = _flat(m.group(1))
-    parts = [_flat(p) for p in state_text.split("[SEP]")]
-    if not any(re.match(r"page\d+\(totalresults", p) for p in parts):  # a results page names its page number
-        return None
-    for j, p in enumerate(parts[:-2]):
-        if p == handle and parts[j + 1] and parts[j + 2].startswith("$"):
-            return f"{parts[j + 1]} {parts[j + 2]}"
-    return None
-
-
 class WebShopVecEnv(SerialVecEnv):
     """Batched WebShop episodes; `engine` is the shared catalogue, search index and goals."""
 
@@ -53,15 +29,14 @@ class WebShopVecEnv(SerialVecEnv):
     atomic_words = ("[SEP]",)
 
     def __init__(self, engine: WebShopEngine, max_steps: int = 15, show_instruction: bool = True,
-                 product_ids: str = "asin", show_attributes: bool = False, show_result_options: bool = False,
-                 trace: str = "checklist"):
+                 product_ids: str = "asin", trace: str = "checklist"):
         # validates the arguments now
-        WebShopEnv(engine, max_steps, show_instruction, product_ids, show_attributes, show_result_options)
+        WebShopEnv(engine, max_steps, show_instruction, product_ids)
         if trace not in TRACES:
             raise ValueError(f"env.trace must be one of {TRACES}, got {trace!r}")
         self.trace = trace
         self.engine = engine
-        self._env_args = (max_steps, show_instruction, product_ids, show_attributes, show_result_options)
+        self._env_args = (max_steps, show_instruction, product_ids)
         super().__init__(self._new_env, engine.tasks, max_steps)
         self._by_type = products_by_type(engine.products)
 
@@ -99,21 +74,6 @@ class WebShopVecEnv(SerialVecEnv):
         page = INVALID_NOTE.sub("", obs.text, count=1)
         return Observation(f"invalid action: {action.strip()[:80]}{SEP}{page}", list(obs.admissible), dict(obs.refs))
 
-    def action_subject(self, state_text: str, action: str) -> str | None:
-        """The title of the product a click on a results page opens (`click[item 2]` or `click[<asin>]`: the
-        page element after the clicked handle), else None."""
-        return clicked_title(state_text, action)
-
-    def tool_observation(self, task: Task, action: str) -> Observation | None:
-        """A search's results page (the search engine's answer depends on the query alone), from a fresh single
-        env; None for any other action."""
-        a = canonical_action(action)
-        if not a.startswith("search["):
-            return None
-        env = self._new_env()
-        env.reset(task)
-        return env.step(a).observation
-
     def ending_check(self, task: Task, history: Sequence[tuple[str, str]]) -> str | None:
         """A purchase missing an option the instruction asks for (not clicked since the product was opened) or
         bought on a page showing a price above the bound, or an ending other than `buy now` (`ending_rules.py`)."""
@@ -137,7 +97,5 @@ class WebShopVecEnv(SerialVecEnv):
 
 @register("webshop", scripted_agents=WEBSHOP_AGENTS)
 def make_webshop(max_steps: int = 15, show_instruction: bool = True, product_ids: str = "asin",
-                 show_attributes: bool = False, show_result_options: bool = False, trace: str = "checklist",
-                 **engine_kwargs: Any) -> WebShopVecEnv:
-    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, show_attributes,
-                         show_result_options, trace)
+                 trace: str = "checklist", **engine_kwargs: Any) -> WebShopVecEnv:
+    return WebShopVecEnv(get_engine(**engine_kwargs), max_steps, show_instruction, product_ids, trace)

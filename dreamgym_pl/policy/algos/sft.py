@@ -27,13 +27,11 @@ class SFT(Objective):
 
 
 def sft_loader(trajs: Sequence[Trajectory], tokenizer: Any, prompt_cfg: PromptConfig, batch_size: int,
-               seed: int = 0, extra: Sequence[StepSample] = (), group_batches: int = 0) -> DataLoader:
-    """Every step of `trajs` as a (prompt, action) sample, plus `extra` samples (e.g. copy examples), shuffled
-    (length-grouped with `group_batches` > 0: `policy/batching.py`)."""
+               seed: int = 0, extra: Sequence[StepSample] = ()) -> DataLoader:
+    """Every step of `trajs` as a (prompt, action) sample, plus `extra` samples (e.g. copy examples), shuffled."""
     samples = [s for i, t in enumerate(trajs) for s in trajectory_samples(t, tokenizer, prompt_cfg, i)]
     if not samples:
         raise ValueError("sft: no training samples (no offline trajectories of sft.source pass sft.min_score, "
                          "or are successful when it is null)")
     samples += list(extra)
-    return shuffled_loader(samples, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed),
-                           group_batches)
+    return shuffled_loader(samples, batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(seed))

@@ -299,7 +299,8 @@ class Curriculum:
         and rejected (curriculum/generation_* for metrics.json)."""
         st, n = self.state, max(1, self.state.attempts)
         return {"curriculum/generation_attempts": float(st.attempts), "curriculum/generation_valid_share": st.valid / n,
-                "curriculum/generation_new_share": st.new / n, "curriculum/generation_rejected_share": (st.attempts - st.accepted) / n}
+                "curriculum/generation_new_share": st.new / n, "curriculum/generation_rejected_share": (st.attempts - st.accepted) / n,
+                "curriculum/generation_accept_share": st.accepted / n}
 
     def sample(self, last_trajs) -> list[Task]:
         """The next batch of tasks, after learning from the last iteration's trajectories (None: none yet)."""

@@ -151,7 +151,8 @@ def test_curriculum_logs_shares_examples_and_roots_lineage():
             logs["curriculum/rejected_share"]) == (0.75, 0.5, 0.5, 0.75)
     assert cur.state.rejected == 3
     assert cur.totals() == {"curriculum/generation_attempts": 4.0, "curriculum/generation_valid_share": 0.5,
-                            "curriculum/generation_new_share": 0.5, "curriculum/generation_rejected_share": 0.75}
+                            "curriculum/generation_new_share": 0.5, "curriculum/generation_rejected_share": 0.75,
+                            "curriculum/generation_accept_share": 0.25}
     assert cur.last_examples == [("buy tea", "buy green tea", "accepted"),
                                  ("buy mugs", "buy 12 cups", "rejected: an existing instruction"),
                                  ("buy jam", "nothing", "rejected: no <task> ... </task>"),

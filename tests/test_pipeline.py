@@ -75,6 +75,9 @@ def test_s2r_pipeline_tiny(tmp_path):
                      tmp_path)
     assert m["synthetic_rl/real_transitions"] == 0 and m["synthetic_rl/synthetic_transitions"] >= 40
     assert m["budget/synthetic_transitions"] == m["synthetic_rl/synthetic_transitions"]
+    # the experience model's demonstrations: offline rows only at the defaults (replay.synthetic_demos off; no real
+    # transitions are added before synthetic RL ends), counted as shown
+    assert m["replay/reads_offline"] > 0 and m["replay/reads_online"] == 0 and m["replay/reads_synthetic"] == 0
     assert m["synthetic_rl/transitions_per_s"] > 0 and m["s2r/transitions_per_s"] > 0  # rollout throughput
     assert 0 < m["s2r/real_transitions"] <= 30  # s2r.budget_cap: never past s2r.real_budget
     assert m["budget/real_transitions"] == m["collect/real_transitions"] + m["experience/real_transitions"] \

@@ -69,6 +69,26 @@ def test_real_only_filter_and_eviction():
     assert len(res_all) == 40 and all(t is not None for t in res_all)
 
 
+def test_query_counts_what_it_returns_by_source():
+    """`reads`: every returned row counted under the source it was added with, with and without exclusions."""
+    buf = ReplayBuffer(HashingEmbedder(64), capacity=16)
+    off, onl, syn = make_transitions(6, 1), make_transitions(4, 2), make_transitions(5, 3)
+    for prefix, ts in (("o", onl), ("s", syn)):
+        for t in ts:
+            t.task.task_id = prefix + t.task.task_id
+    buf.add(off, "offline")
+    buf.add(onl, "online")
+    buf.add(syn, "synthetic")
+    key = transition_key(off[0].task.instruction, off[0].state.text, off[0].action)
+    reads = {}
+    res = buf.query([key, key], k=15, real_only=False, reads=reads)
+    assert reads == {"offline": 12, "online": 8, "synthetic": 10} and sum(map(len, res)) == 30
+    reads = {}
+    res = buf.query([key], k=15, real_only=True, exclude_tasks=[off[0].task.task_id], reads=reads)[0]
+    assert reads == {"offline": 5, "online": 4} and len(res) == 9
+    assert buf.query([key], k=3) == buf.query([key], k=3, reads={})  # counting changes no answer
+
+
 def test_save_load_round_trip(tmp_path):
     emb = HashingEmbedder(64)
     buf = ReplayBuffer(emb, capacity=8)

@@ -117,7 +117,11 @@ class SyntheticEnv:
         if self.buffer is not None and self.fmt.k > 0:
             keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
             exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
-            demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude)
+            reads: dict[str, int] = {}
+            demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude,
+                                      reads=reads)
+            for src, n in reads.items():  # which part of the buffer the experience model is shown (replay/reads_*)
+                self.stats[f"reads_{src}"] = self.stats.get(f"reads_{src}", 0) + n
         t1 = time.perf_counter()
         prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
                    for j, i in enumerate(live)]

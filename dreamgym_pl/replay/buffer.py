@@ -102,9 +102,11 @@ class ReplayBuffer:
                 excess -= 1
 
     def query(self, keys: Sequence[str], k: int, real_only: bool = True,
-              exclude_tasks: Sequence[str | None] | None = None) -> list[list[Transition]]:
+              exclude_tasks: Sequence[str | None] | None = None,
+              reads: dict[str, int] | None = None) -> list[list[Transition]]:
         """Top-k neighbours of each key text (best first). `exclude_tasks[i]`: a task id whose transitions are
-        never returned for key i (leakage-free retrieval: a task never sees its own transitions).
+        never returned for key i (leakage-free retrieval: a task never sees its own transitions). `reads`: the
+        returned rows are counted into it by the source they were added with (offline, online, synthetic).
 
         The rows a query may return are described, not listed: live rows, less the live synthetic ones
         (`real_only`), less the excluded task's; their number comes from counters kept by `add` and the
@@ -130,6 +132,7 @@ class ReplayBuffer:
                 labels, _ = self.index.knn_query(
                     vec[None], k=n, num_threads=1,
                     filter=lambda i: i not in deleted and i not in blocked and i not in rows)
+                self._count(reads, labels[0])
                 out.append([self.items[int(i)] for i in labels[0]])
             return out
         if blocked:
@@ -137,7 +140,14 @@ class ReplayBuffer:
                                              filter=lambda i: i not in deleted and i not in blocked)
         else:
             labels, _ = self.index.knn_query(vecs, k=kk)
+        for row in labels:
+            self._count(reads, row)
         return [[self.items[int(i)] for i in row] for row in labels]
+
+    def _count(self, reads: dict[str, int] | None, rows: Sequence[int]) -> None:
+        for i in rows if reads is not None else ():
+            src = self.sources[int(i)]
+            reads[src] = reads.get(src, 0) + 1
 
     # ----- persistence ---------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -262,6 +262,8 @@ def run_stage(run: Run) -> None:
         "synthetic_rl/invalid_output_rate": st["invalid_outputs"] / max(1, st["steps"]),
         "synthetic_rl/overhead_share": (st["retrieval_s"] + st["prompt_s"] + st["parse_s"]) / gen,
         "synthetic_rl/replay_size": len(buffer),
+        # demonstrations shown to the experience model, by the part of the buffer they came from
+        **{f"replay/reads_{src}": float(st.get(f"reads_{src}", 0)) for src in ("offline", "online", "synthetic")},
         # predicted endings whose success the env's ending rules overturned (experience.ending_rules)
         **({"synthetic_rl/ending_ruled_out_share": st["ending_ruled_out"] / max(1, st["endings"])}
            if "endings" in st else {}),

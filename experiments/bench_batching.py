@@ -36,6 +36,7 @@ from dreamgym_pl.experience.train_steps import target_loss  # noqa: E402
 from dreamgym_pl.policy.batching import padding_share, sample_lengths, shuffled_order  # noqa: E402
 from dreamgym_pl.policy.micro import split_rows  # noqa: E402
 from dreamgym_pl.policy.samples import collate  # noqa: E402
+from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.sft import clone_set  # noqa: E402
 
 
@@ -91,7 +92,7 @@ def load_run(run_dir: str, seed: int):
     from transformers import PreTrainedTokenizerFast
 
     run = Path(run_dir)
-    cfg = OmegaConf.load(run / "config.yaml")
+    cfg = run_config(run)
     tok = PreTrainedTokenizerFast.from_pretrained(run / "checkpoints" / "sft")
     trajs = group_trajectories(read_jsonl(run / "offline" / "transitions.jsonl", Transition))
     m = cfg.model

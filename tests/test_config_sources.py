@@ -104,6 +104,42 @@ def test_run_config_leaves_out_keys_removed_since_the_run(tmp_path, caplog):
     assert "env.show_attributes" in caplog.text and "group_batches" in caplog.text
 
 
+def test_run_config_takes_a_group_whole_where_the_record_disagrees(tmp_path):
+    """A record of options from a later, failed invocation (grpo, webshop) beside a PPO TextWorld run's config:
+    the run's own algo and env, not a merge of two options."""
+    from dreamgym_pl.stages.context import run_config
+
+    saved = _saved_run(tmp_path, "webshop_tiny", "env=textworld", "algo=ppo")
+    cfg = run_config(tmp_path)
+    assert set(cfg.algo) == set(saved.algo) and cfg.algo.name == "ppo"
+    assert set(cfg.env) == set(saved.env) and cfg.env.name == "textworld"
+
+
+def test_run_config_keeps_the_runs_own_mappings(tmp_path):
+    """A mapping of names the run set (here emptied) comes back as the run had it, not refilled by its preset."""
+    from dreamgym_pl.stages.context import run_config
+
+    cfg = _compose("conf=webshop_dreamgym")
+    assert cfg.experience.outcome_agents.near_miss > 0
+    OmegaConf.set_struct(cfg, False)
+    cfg.experience.outcome_agents = {}
+    del cfg.collect.agents["random"]
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "hydra.yaml").write_text(OmegaConf.to_yaml({"hydra": {"runtime": {"choices": {
+        "conf": "webshop_dreamgym"}}}}))
+    back = run_config(tmp_path)
+    assert dict(back.experience.outcome_agents) == {} and "random" not in back.collect.agents
+
+
+def test_removed_keys_take_their_emptied_parents_along(tmp_path):
+    from dreamgym_pl.stages.context import drop_removed_keys
+
+    saved = OmegaConf.create({"s2r": {"real_budget": 5, "algo": {"warmup_steps": 0}}, "seed": 1})
+    assert drop_removed_keys(saved, tmp_path) == ["s2r.algo.warmup_steps"]
+    assert OmegaConf.to_container(saved) == {"s2r": {"real_budget": 5}, "seed": 1}
+
+
 def test_a_corrupt_saved_config_names_its_file(tmp_path):
     from dreamgym_pl.stages.context import run_config
 

@@ -208,6 +208,7 @@ class Run:
 
 
 GROUPS = ("conf", "env", "model", "algo", "trainer", "engine")  # conf/config.yaml's defaults list
+MAPPINGS = ("collect.agents", "experience.outcome_agents", "trainer.strategy")  # name -> value maps a run sets whole
 
 
 def run_choices(run_dir: str | Path) -> dict[str, str]:
@@ -228,9 +229,13 @@ def drop_removed_keys(saved: DictConfig, run_dir: str | Path) -> list[str]:
 
     gone = [k for k in leaf_keys(saved) if rule_for(k) is None]
     for key in gone:
-        parent, _, leaf = key.rpartition(".")
-        node = OmegaConf.select(saved, parent) if parent else saved
-        del node[leaf]
+        while True:  # the key, then each parent it leaves empty that has no rule of its own (s2r.algo: {})
+            parent, _, leaf = key.rpartition(".")
+            node = OmegaConf.select(saved, parent) if parent else saved
+            del node[leaf]
+            if not parent or len(node) > 0 or rule_for(parent) is not None:
+                break
+            key = parent
     if gone:
         log.warning("%s: keys no longer in the config left out (removed since the run was made): %s", run_dir,
                     ", ".join(gone))
@@ -240,8 +245,9 @@ def drop_removed_keys(saved: DictConfig, run_dir: str | Path) -> list[str]:
 def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
     """A finished run's resolved config (`<run dir>/config.yaml`) over today's defaults of the same group options
     and preset (`run_choices`: keys added since the run get their defaults), with `key=value` overrides and
-    resume=true: for tools that reuse a run. Without a record of its options, a group the run chose otherwise (an
-    algorithm, an env) is taken whole from the run: no keys merged across two options of one group."""
+    resume=true: for tools that reuse a run. A group whose option differs from the record's (an algorithm, an env, a
+    model: the record may be a later, failed invocation's) and every mapping of names (`MAPPINGS`) are taken whole
+    from the run: no keys merged across two options of one group, no entry the run removed put back."""
     from hydra import compose, initialize_config_dir
 
     choices = run_choices(run_dir)
@@ -251,8 +257,11 @@ def run_config(run_dir: str | Path, overrides: list[str] = ()) -> DictConfig:
         saved = OmegaConf.load(Path(run_dir) / "config.yaml")
     drop_removed_keys(saved, run_dir)
     OmegaConf.set_struct(defaults, False)
-    if not choices:
-        defaults.algo = saved.algo  # an algorithm's keys are its own
-        if saved.env.name != defaults.env.name:
-            defaults.env = saved.env
+    for group, name in (("algo", "name"), ("env", "name"), ("model", "name_or_path")):
+        today = OmegaConf.select(defaults, f"{group}.{name}", throw_on_missing=False)  # model=hf: ??? -> None
+        if not choices and group == "algo" or OmegaConf.select(saved, f"{group}.{name}") != today:
+            defaults[group] = saved[group]
+    for key in MAPPINGS:
+        if OmegaConf.select(saved, key) is not None:
+            OmegaConf.update(defaults, key, OmegaConf.select(saved, key), merge=False)
     return OmegaConf.merge(defaults, saved, OmegaConf.from_dotlist(list(overrides) + ["resume=true"]))

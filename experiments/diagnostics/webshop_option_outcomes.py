@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dreamgym_pl.envs.base import make_vec_env  # noqa: E402
 from dreamgym_pl.outcomes import read_outcomes  # noqa: E402
+from dreamgym_pl.stages.context import run_config  # noqa: E402
 
 
 def option_outcomes(success: dict[str, float], score: dict[str, float], n_options: dict[str, int]) -> dict[str, int]:
@@ -36,7 +37,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="run directories with eval/test_outcomes.jsonl")
     args = ap.parse_args()
     for d in map(Path, args.runs):
-        env = OmegaConf.load(d / "config.yaml").env
+        env = run_config(d).env  # today's keys of the run's options (removed ones left out)
         if env.name != "webshop":
             raise SystemExit(f"{d}: env.name is {env.name!r}; this script reads WebShop runs only")
         kwargs = {k: v for k, v in OmegaConf.to_container(env, resolve=True).items() if k != "name"}

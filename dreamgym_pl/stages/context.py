@@ -48,7 +48,7 @@ class Run:
     # ----- bookkeeping ---------------------------------------------------------------------------
     @property
     def offline_path(self) -> Path:
-        return Path(self.cfg.offline_file) if self.cfg.get("offline_file") else self.dir / "offline" / "transitions.jsonl"
+        return Path(self.cfg.offline_file) if self.cfg.offline_file else self.dir / "offline" / "transitions.jsonl"
 
     def record(self, values: dict[str, float]) -> None:
         """Stage metrics; `budget/<kind>` is re-derived as the sum of every stage's `.../*<kind>` counter, so a
@@ -71,7 +71,7 @@ class Run:
             atomic_write_json(self.dir / "stages.json", self.state)
 
     def offline_trajectories(self) -> list[Trajectory]:
-        fix = ("rerun with resume=false (collect makes it again)" if not self.cfg.get("offline_file")
+        fix = ("rerun with resume=false (collect makes it again)" if not self.cfg.offline_file
                else "check offline_file")
         with reading(self.offline_path, fix):
             return group_trajectories(read_jsonl(self.offline_path, Transition))

@@ -50,7 +50,7 @@ def outcome_episodes(run: Run, trajs: Sequence) -> list:
     from dreamgym_pl.core import Transition, group_trajectories, read_jsonl, write_jsonl
     from dreamgym_pl.stages.collect import play_agents
 
-    agents = {k: int(v) for k, v in (run.cfg.experience.get("outcome_agents") or {}).items() if int(v) > 0}
+    agents = {k: int(v) for k, v in run.cfg.experience.outcome_agents.items() if int(v) > 0}
     path = run.dir / "offline" / "outcome_transitions.jsonl"
     if not agents:
         return []

@@ -303,3 +303,13 @@ def test_trace_option_reaches_explain_and_is_validated(shop):
     title = shop.products[shop.by_asin[buy.info["asin"]]]["Title"]
     assert f": page {title} : yes" in venv.explain(buy)
     assert ": page" not in WebShopVecEnv(shop).explain(buy)
+
+
+def test_config_rule_of_env_trace_lists_the_trace_forms():
+    """Shared code may not import WebShop (test_layout), so env.trace's rule spells the forms out: the same ones."""
+    from dreamgym_pl.config_keys import RULES
+    from dreamgym_pl.envs.webshop.reasoning import TRACES
+
+    rule = RULES["env.trace"]
+    assert all(rule.ok(t) for t in TRACES) and not rule.ok("steps")
+    assert rule.allowed == f"one of {list(TRACES)}"  # the same forms, no more

@@ -117,6 +117,7 @@ RULES: dict[str, Rule] = {
     "curriculum.min_variance": number(0, 0.25, lo_open=True),
     "curriculum.num_seeds": POS_INT,
     "curriculum.train_examples": NONNEG_INT,
+    "curriculum.neighbours": NONNEG_INT,
     "curriculum.num_clusters": POS_INT,
     "curriculum.max_words": POS_INT,
     "curriculum.temperature": NONNEG,

@@ -175,21 +175,43 @@ def candidate_seeds(seeds: Sequence[str], candidates: int) -> list[str]:
     return [s for s in seeds for _ in range(candidates)]
 
 
+def word_overlap(a: str, b: str) -> float:
+    """Jaccard similarity of two instructions' word sets (`text_key` words): 1 for the same words, 0 for none
+    shared."""
+    x, y = set(text_key(a).split()), set(text_key(b).split())
+    return len(x & y) / len(x | y) if x | y else 1.0
+
+
 def variation_pairs(tasks: Sequence[Task], family: Callable[[Task], str], n: int,
-                    rng: random.Random) -> list[tuple[Task, Task]]:
+                    rng: random.Random, neighbours: int = 0) -> list[tuple[Task, Task]]:
     """`n` (seed, variation) training pairs for the task generator: the seed drawn uniformly from the tasks
     whose family (`env.task_family`: WebShop's product type, TextWorld's kind of quest) holds another task
-    with a different instruction, the variation uniformly from those. A task alone in its family is never a
-    seed (pairing it with a task of another family would teach the generator to change what a variation
-    keeps); no pairs when every family has one instruction."""
+    with a different instruction, the variation uniformly from those (`neighbours` 0), or from the
+    `neighbours` of them whose instructions share the most words with the seed's (`word_overlap`; ties by
+    their order in `tasks`), so that a variation is an edit of its seed (`curriculum.neighbours`). A task
+    alone in its family is never a seed (pairing it with a task of another family would teach the generator
+    to change what a variation keeps); no pairs when every family has one instruction."""
+    if neighbours < 0:
+        raise ValueError(f"curriculum.neighbours: must be >= 0, got {neighbours}")
     by_family: dict[str, list[Task]] = {}
     for t in tasks:
         by_family.setdefault(family(t), []).append(t)
     seeds = [t for t in tasks if any(x.instruction != t.instruction for x in by_family[family(t)])]
+    near: dict[int, list[Task]] = {}
+
+    def choices(a: Task) -> list[Task]:
+        if id(a) not in near:
+            others = [x for x in by_family[family(a)] if x.instruction != a.instruction]
+            if neighbours:
+                order = sorted(range(len(others)), key=lambda i: (-word_overlap(a.instruction, others[i].instruction), i))
+                others = [others[i] for i in order[:neighbours]]
+            near[id(a)] = others
+        return near[id(a)]
+
     out = []
     for _ in range(n if seeds else 0):
         a = rng.choice(seeds)
-        out.append((a, rng.choice([x for x in by_family[family(a)] if x.instruction != a.instruction])))
+        out.append((a, rng.choice(choices(a))))
     return out
 
 

@@ -132,6 +132,34 @@ def test_variation_pairs_stay_in_the_family_and_skip_singletons():
     assert variation_pairs(tasks[3:], lambda t: t.goal["category"], 10, random.Random(0)) == []
 
 
+def test_word_overlap_by_hand():
+    from dreamgym_pl.curriculum import word_overlap
+
+    assert word_overlap("buy green tea", "buy green tea") == 1.0
+    assert word_overlap("buy green tea", "Buy black tea") == 2 / 4  # {buy, tea} of {buy, green, black, tea}
+    assert word_overlap("buy 12 cups", "buy 1 2 cups") == 1.0  # the tokenizer's split digits: one key
+    assert word_overlap("", "") == 1.0 and word_overlap("tea", "") == 0.0
+
+
+def test_variation_pairs_neighbours_take_the_closest_instructions():
+    from dreamgym_pl.curriculum import variation_pairs
+
+    tea = lambda i, text: Task(i, text, {"category": "tea"})  # noqa: E731
+    tasks = [tea("a", "green tea with milk"), tea("b", "green tea with honey"), tea("c", "black coffee tea"),
+             tea("d", "green tea with milk and honey")]
+    fam = lambda t: t.goal["category"]  # noqa: E731
+    near = {(x.task_id, y.task_id) for x, y in variation_pairs(tasks, fam, 400, random.Random(0), neighbours=1)}
+    # overlaps: a-b 3/5, a-c 1/6, a-d 4/6; b-c 1/6, b-d 4/6; c-d 1/8: each seed's single nearest
+    assert near == {("a", "d"), ("b", "d"), ("c", "a"), ("d", "a")}  # c: a, b tie at 1/6 -> the first; d: a, b tie
+    two = {(x.task_id, y.task_id) for x, y in variation_pairs(tasks, fam, 400, random.Random(0), neighbours=2)}
+    assert two == near | {("a", "b"), ("b", "a"), ("c", "b"), ("d", "b")}
+    ids = lambda ps: {(x.task_id, y.task_id) for x, y in ps}  # noqa: E731
+    every = ids(variation_pairs(tasks, fam, 400, random.Random(3), neighbours=0))
+    assert len(every) == 12 and every == ids(variation_pairs(tasks, fam, 400, random.Random(3), neighbours=10))
+    with pytest.raises(ValueError, match="curriculum.neighbours"):
+        variation_pairs(tasks, fam, 1, random.Random(0), neighbours=-1)
+
+
 def test_curriculum_logs_shares_examples_and_roots_lineage():
     from types import SimpleNamespace
 

@@ -107,10 +107,10 @@ def _check_model_source(key: str, name: str) -> None:
     """Before any work: a packaged checkpoint (models.PACKAGED) must be installed (the error says how), and
     `experience.model` must name a conf/model file, a packaged checkpoint or an existing folder / file."""
     from dreamgym_pl.models import PACKAGED, packaged_file
-    from dreamgym_pl.stages.experience import CONF_MODELS, model_file
+    from dreamgym_pl.model_files import CONF_MODELS, is_model_file, model_file
 
     if key == "experience.model":
-        if (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
+        if is_model_file(name):
             name = str(model_file(name)["name_or_path"])
             if name == "tiny":
                 raise ConfigError(f"{key}: the tiny model is the policy's (experience.model=policy builds it)")

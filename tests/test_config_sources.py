@@ -21,7 +21,7 @@ def _compose(*overrides):
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
 def test_every_model_file_declares_what_the_loaders_read(name):
-    from dreamgym_pl.stages.experience import model_file
+    from dreamgym_pl.model_files import model_file
 
     m = model_file(name)
     assert all(k in m for k in MODEL_KEYS), [k for k in MODEL_KEYS if k not in m]
@@ -32,7 +32,7 @@ def test_every_model_file_declares_what_the_loaders_read(name):
 
 
 def test_model_file_takes_the_keys_of_its_defaults_list():
-    from dreamgym_pl.stages.experience import model_file
+    from dreamgym_pl.model_files import model_file
 
     llama, hf = model_file("llama31_8b"), model_file("hf")
     assert llama["lora"]["target_modules"] == hf["lora"]["target_modules"] and len(hf["lora"]["target_modules"]) == 7

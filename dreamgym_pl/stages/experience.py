@@ -15,6 +15,7 @@ from dreamgym_pl import dist
 from dreamgym_pl.curriculum import task_generation_prompt, variation_pairs
 from dreamgym_pl.experience.annotate import annotate
 from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
+from dreamgym_pl.model_files import is_model_file, model_file
 from dreamgym_pl.policy.samples import StepSample
 from dreamgym_pl.stages.resume import fit, seed_stage
 from dreamgym_pl.stages.context import Run
@@ -93,22 +94,6 @@ def ending_training(run: Run, model: Any, tok: Any, trajs: list, fmt: Experience
     return {**res, "experience/ending_seconds": time.time() - t0} if res else {}
 
 
-CONF_MODELS = Path(__file__).resolve().parents[2] / "conf" / "model"
-
-
-def model_file(name: str) -> dict[str, Any]:
-    """conf/model/<name>.yaml as Hydra composes the `model` group: the files its `defaults:` list names merged in
-    their order (`_self_` where it is listed, else last), so that e.g. llama31_8b carries hf's keys."""
-    from omegaconf import OmegaConf
-
-    own = OmegaConf.load(CONF_MODELS / f"{name}.yaml")
-    order = list(own.pop("defaults", None) or [])
-    if "_self_" not in order:
-        order.append("_self_")
-    parts = [own if d == "_self_" else OmegaConf.create(model_file(str(d))) for d in order]
-    return OmegaConf.to_container(OmegaConf.merge(*parts), resolve=True)
-
-
 def experience_model_cfg(cfg: Any) -> dict[str, Any]:
     """The experience model's model config (`experience.model`): the policy's `model` group (policy), a
     conf/model/<name>.yaml file (`model_file`), or conf/model/hf.yaml's settings with LoRA off over a local folder
@@ -118,7 +103,7 @@ def experience_model_cfg(cfg: Any) -> dict[str, Any]:
     name = str(cfg.experience.model)
     if name == "policy":
         mcfg = OmegaConf.to_container(cfg.model, resolve=True)
-    elif (CONF_MODELS / f"{name}.yaml").is_file() and name != "hf":
+    elif is_model_file(name):
         mcfg = model_file(name)
     else:
         mcfg = model_file("hf")

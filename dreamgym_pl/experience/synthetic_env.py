@@ -93,14 +93,44 @@ class SyntheticEnv:
         return list(self._obs)
 
     def step(self, actions: Sequence[str | None]) -> list[StepResult | None]:
+        """One step of every live episode: the invalid-action rule first (`_rule_out`), then the core for the
+        rest: retrieve -> prompt -> generate -> parse; the judges (`_judge`: ending rules, outcome model) may
+        change a predicted ending's reward; `_advance` moves the episodes and `_enrich` buffers the new steps."""
         out: list[StepResult | None] = [None] * len(actions)
+        live = self._rule_out(actions, out)
+        if not live:
+            return out
+        t0 = time.perf_counter()
+        demos = self._retrieve(live, actions)
+        t1 = time.perf_counter()
+        prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
+                   for j, i in enumerate(live)]
+        t2 = time.perf_counter()
+        comps = self.engine.generate(prompts, self.params)
+        t3 = time.perf_counter()
+        new = self._advance(live, actions, self._judge(live, actions, [parse_output(c.text) for c in comps]), out)
+        t4 = time.perf_counter()
+        self._enrich(new)
+        self.stats["steps"] += len(live)
+        self.stats["retrieval_s"] += t1 - t0
+        self.stats["prompt_s"] += t2 - t1
+        self.stats["generate_s"] += t3 - t2
+        self.stats["parse_s"] += t4 - t3
+        return out
+
+    def _count(self, key: str, n: int | float) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+    def _rule_out(self, actions: Sequence[str | None], out: list[StepResult | None]) -> list[int]:
+        """The episodes the experience model plays this step: live ones with an action. Under `invalid_action`
+        end / stay, an action the state does not offer is settled here (its StepResult written into `out`)."""
         live = []
         for i, a in enumerate(actions):
             if a is None or self._done[i]:
                 continue
             if self.invalid_action != "model" and not self.is_admissible(a, self._obs[i]):
                 self._steps[i] += 1
-                self.stats["invalid_actions"] = self.stats.get("invalid_actions", 0) + 1
+                self._count("invalid_actions", 1)
                 info = {"invalid": True, "synthetic": True, "success": False, "score": 0.0}
                 if self.invalid_action == "end":  # the paper's rule: a failure state with reward 0
                     self._done[i] = True
@@ -110,44 +140,48 @@ class SyntheticEnv:
                 out[i] = self._move(i, a, self.invalid_observation(self._obs[i], a), info)
                 continue
             live.append(i)
-        if not live:
-            return out
-        t0 = time.perf_counter()
-        demos: list[list[Transition]] = [[] for _ in live]
-        if self.buffer is not None and self.fmt.k > 0:
-            keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
-            exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
-            reads: dict[str, int] = {}
-            demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude,
-                                      reads=reads)
-            for src, n in reads.items():  # which part of the buffer the experience model is shown (replay/reads_*)
-                self.stats[f"reads_{src}"] = self.stats.get(f"reads_{src}", 0) + n
-        t1 = time.perf_counter()
-        prompts = [build_prompt(self._tasks[i].instruction, self._hist[i], demos[j], self._obs[i], actions[i], self.fmt)
-                   for j, i in enumerate(live)]
-        t2 = time.perf_counter()
-        comps = self.engine.generate(prompts, self.params)
-        t3 = time.perf_counter()
-        parsed = [parse_output(c.text) for c in comps]
+        return live
+
+    def _retrieve(self, live: list[int], actions: Sequence[str | None]) -> list[list[Transition]]:
+        """The k demonstrations of each live episode's (task, state, action), counted by the buffer part they come
+        from (stats reads_<source>)."""
+        if self.buffer is None or self.fmt.k <= 0:
+            return [[] for _ in live]
+        keys = [transition_key(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
+        exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
+        reads: dict[str, int] = {}
+        demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude,
+                                  reads=reads)
+        for src, n in reads.items():  # which part of the buffer the experience model is shown (replay/reads_*)
+            self._count(f"reads_{src}", n)
+        return demos
+
+    def _judge(self, live: list[int], actions: Sequence[str | None], parsed: list) -> list:
+        """The parsed outputs with each predicted ending's reward as the judges set it: the env's ending rules
+        (`ending_check`: a ruled-out ending is a failure) and the outcome model; unchanged without either."""
         ruled_out = None
         if self.ending_check is not None:
             ruled_out = [p.valid and p.done and self.ending_check(
                 self._tasks[i], [*self._hist[i], (self._obs[i].text, actions[i])]) is not None
                 for i, p in zip(live, parsed)]
-        if self.outcome is not None or ruled_out is not None:
-            items = [(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
-            free, judged = ending_verdicts(parsed, items, self.outcome, ruled_out)  # without the rules, with them
-            ends = [(a, b, c) for a, b, c in zip(parsed, free, judged) if a.valid and a.done]
-            if self.outcome is not None:
-                self.stats["outcome_judged"] = self.stats.get("outcome_judged", 0) + len(ends)
-                self.stats["outcome_success"] = self.stats.get("outcome_success", 0) + sum(b.reward >= 1.0 for _, b, _ in ends)
-                self.stats["outcome_overruled"] = self.stats.get("outcome_overruled", 0) + sum(
-                    (a.reward >= 1.0 - 1e-6) != (b.reward >= 1.0 - 1e-6) for a, b, _ in ends)
-            if ruled_out is not None:
-                self.stats["endings"] = self.stats.get("endings", 0) + len(ends)
-                self.stats["ending_ruled_out"] = self.stats.get("ending_ruled_out", 0) + sum(
-                    b.reward >= 1.0 - 1e-6 and c.reward < 1.0 - 1e-6 for _, b, c in ends)
-            parsed = judged
+        if self.outcome is None and ruled_out is None:
+            return parsed
+        items = [(self._tasks[i].instruction, self._obs[i].text, actions[i]) for i in live]
+        free, judged = ending_verdicts(parsed, items, self.outcome, ruled_out)  # without the rules, with them
+        ends = [(a, b, c) for a, b, c in zip(parsed, free, judged) if a.valid and a.done]
+        if self.outcome is not None:
+            self._count("outcome_judged", len(ends))
+            self._count("outcome_success", sum(b.reward >= 1.0 for _, b, _ in ends))
+            self._count("outcome_overruled", sum((a.reward >= 1.0 - 1e-6) != (b.reward >= 1.0 - 1e-6) for a, b, _ in ends))
+        if ruled_out is not None:
+            self._count("endings", len(ends))
+            self._count("ending_ruled_out", sum(b.reward >= 1.0 - 1e-6 and c.reward < 1.0 - 1e-6 for _, b, c in ends))
+        return judged
+
+    def _advance(self, live: list[int], actions: Sequence[str | None], parsed: list,
+                 out: list[StepResult | None]) -> list[Transition]:
+        """Each live episode moves to its predicted state (an unparseable output: reward 0, counted in
+        invalid_outputs); done on a predicted ending or at the step limit. Returns the new synthetic transitions."""
         new: list[Transition] = []
         for i, p in zip(live, parsed):
             self._steps[i] += 1
@@ -169,21 +203,19 @@ class SyntheticEnv:
             self._obs[i] = p.observation
             self._done[i] = done
             out[i] = res
-        t4 = time.perf_counter()
-        if self.enrich and self.buffer is not None:
-            if self.defer_enrich:  # data parallel: added on every rank, in rank order, by sync_enrichment
-                from dreamgym_pl import dist
-                from dreamgym_pl.replay.buffer import _digest
+        return new
 
-                for t in new:
-                    t.info["rank"] = dist.rank()
-                    self.own_digests.add(_digest(t))
-                self.pending.extend(new)
-            else:
-                self.buffer.add(new, source="synthetic")
-        self.stats["steps"] += len(live)
-        self.stats["retrieval_s"] += t1 - t0
-        self.stats["prompt_s"] += t2 - t1
-        self.stats["generate_s"] += t3 - t2
-        self.stats["parse_s"] += t4 - t3
-        return out
+    def _enrich(self, new: list[Transition]) -> None:
+        """The new synthetic transitions join the buffer (data parallel: held for `sync_enrichment`)."""
+        if not self.enrich or self.buffer is None:
+            return
+        if self.defer_enrich:  # data parallel: added on every rank, in rank order, by sync_enrichment
+            from dreamgym_pl import dist
+            from dreamgym_pl.replay.buffer import _digest
+
+            for t in new:
+                t.info["rank"] = dist.rank()
+                self.own_digests.add(_digest(t))
+            self.pending.extend(new)
+        else:
+            self.buffer.add(new, source="synthetic")

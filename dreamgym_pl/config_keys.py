@@ -118,6 +118,7 @@ RULES: dict[str, Rule] = {
     "curriculum.num_seeds": POS_INT,
     "curriculum.train_examples": NONNEG_INT,
     "curriculum.neighbours": NONNEG_INT,
+    "curriculum.family": one_of("none", "prompt", "slot"),
     "curriculum.num_clusters": POS_INT,
     "curriculum.max_words": POS_INT,
     "curriculum.temperature": NONNEG,

@@ -157,11 +157,46 @@ def judge_generation(text: str, seed: Task, known_keys: set[str], check: Callabl
     return instr, flags, None
 
 
-def task_generation_prompt(seed_instruction: str) -> str:
+FAMILY_MODES = ("none", "prompt", "slot")
+FAMILY_SLOT = "<family>"  # where the seed's family stands in a slot-mode target; one token of the tiny tokenizer
+
+
+def task_generation_prompt(seed_instruction: str, family: str | None = None) -> str:
     """The task generator's prompt (the experience model as M_task): the seed's instruction and the request
-    for a variation."""
-    return (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
+    for a variation; with the seed's `family` (`curriculum.family` prompt or slot: `env.task_family`, what a
+    variation keeps, e.g. WebShop's product type), the prompt ends with it and the opened `<task>` tag, so that
+    the generation starts right after the family it must keep (no words outside the existing vocabulary)."""
+    base = (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
             f"different and realistic : ")
+    return base if family is None else f"{base}{family} <task>"
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in FAMILY_MODES:
+        raise ValueError(f"curriculum.family: one of {', '.join(FAMILY_MODES)}, got {mode!r}")
+
+
+def task_generation_target(instruction: str, family: str, mode: str) -> str:
+    """The generator's training target for a variation `instruction` of a seed of `family`, by `curriculum.family`:
+    none: the tagged instruction; prompt: without the opening tag (the prompt holds it); slot: that too, and each
+    whole-word occurrence of the family written `FAMILY_SLOT`, so the generator never has to copy it."""
+    _check_mode(mode)
+    if mode == "none":
+        return f"<task> {instruction} </task>"
+    if mode == "slot" and family:
+        instruction = re.sub(rf"(?<!\w){re.escape(family)}(?!\w)", FAMILY_SLOT, instruction, flags=re.IGNORECASE)
+    return f" {instruction} </task>"
+
+
+def generated_text(text: str, family: str, mode: str) -> str:
+    """A generation read as the whole tagged task: the prompt's opening `<task>` put back (prompt, slot), and
+    in slot mode each `FAMILY_SLOT` filled with the seed's family."""
+    _check_mode(mode)
+    if mode == "none":
+        return text
+    if mode == "slot":
+        text = text.replace(FAMILY_SLOT, f" {family} ")
+    return f"<task> {text.lstrip()}"
 
 
 def accept_all(instruction: str, seed: Task) -> str | None:
@@ -245,18 +280,25 @@ class Curriculum:
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
                  state: CurriculumState | None = None, held_out: Sequence[str] = (),
                  check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8,
-                 max_uses: int = 0, candidates: int = 1):
+                 max_uses: int = 0, candidates: int = 1, family: Callable[[Task], str] | None = None,
+                 family_mode: str = "none"):
         """`held_out`: instructions a generated task must never equal (the val and test tasks'); equality is
         by `text_key`, so a detokenised generation and a real instruction compare like with like.
         `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs.
         `max_uses`: batches a generated task may join (0: no limit; then the newest ones join every batch).
         `candidates`: generations sampled per seed in an iteration (`curriculum.candidates`); each is judged and
-        every accepted one joins (a later candidate equal to an accepted one is rejected as existing)."""
+        every accepted one joins (a later candidate equal to an accepted one is rejected as existing).
+        `family`, `family_mode`: the env's `task_family` and how the generator is given it (`curriculum.family`:
+        none, prompt, slot; `task_generation_target`)."""
         max_generated(batch_size, max_share)  # validates lambda
         usable([], {}, max_uses)  # validates max_uses
         if candidates < 1:
             raise ValueError(f"curriculum.candidates: must be >= 1, got {candidates}")
         self.candidates = candidates
+        _check_mode(family_mode)
+        if family_mode != "none" and family is None:
+            raise ValueError(f"curriculum.family={family_mode} needs the env's task_family")
+        self.family, self.family_mode = family, family_mode
         self.max_uses = max_uses
         self.original = list(original)
         self.generate = generate
@@ -287,7 +329,10 @@ class Curriculum:
         seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
         counts = {"parsed": 0, "valid": 0, "new": 0}
         asked = candidate_seeds(seeds, self.candidates)
-        texts = self.generate([task_generation_prompt(by_id[s].instruction) for s in asked]) if asked else []
+        named = self.family_mode != "none"
+        fams = [self.family(by_id[s]) if named else "" for s in asked]
+        prompts = [task_generation_prompt(by_id[s].instruction, f if named else None) for s, f in zip(asked, fams)]
+        texts = [generated_text(t, f, self.family_mode) for t, f in zip(self.generate(prompts), fams)] if asked else []
         for sid, text in zip(asked, texts):
             parent = by_id[sid]
             instr, flags, why = judge_generation(text, parent, self.known, self.check_task, self.max_words)

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dreamgym_pl.curriculum import judge_generation, task_generation_prompt, text_key  # noqa: E402
+from dreamgym_pl.curriculum import generated_text, judge_generation, task_generation_prompt, text_key  # noqa: E402
 from dreamgym_pl.stages import Run  # noqa: E402
 from dreamgym_pl.stages.context import run_config  # noqa: E402
 from dreamgym_pl.stages.synthetic_rl import load_experience, task_generation_params  # noqa: E402
@@ -60,8 +60,11 @@ def main() -> None:
     k_max = max(args.candidates)
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
-    texts = [x.text for x in engine.generate([task_generation_prompt(s.instruction) for s in seeds for _ in range(k_max)],
-                                             params)]
+    mode = c.family
+    fams = [run.env.task_family(s) for s in seeds for _ in range(k_max)]
+    prompts = [task_generation_prompt(s.instruction, run.env.task_family(s) if mode != "none" else None)
+               for s in seeds for _ in range(k_max)]
+    texts = [generated_text(x.text, f, mode) for x, f in zip(engine.generate(prompts, params), fams)]
     seconds = time.perf_counter() - t0
     kinds: Counter[str] = Counter()
     accepted: list[list[bool]] = []

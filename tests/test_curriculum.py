@@ -264,3 +264,47 @@ def test_candidates_per_seed_are_each_judged_and_every_accepted_one_joins():
     assert sum(t.parent_id is not None for t in first) == 2
     with pytest.raises(ValueError, match="curriculum.candidates"):
         Curriculum(train, generate, lambda trajs: {}, 0.5, 0.05, 2, 4, candidates=0)
+
+
+def test_family_modes_hand_written():
+    from dreamgym_pl.curriculum import generated_text, parse_task_output, task_generation_prompt, task_generation_target
+
+    plain = task_generation_prompt("buy tea")
+    assert plain == ("seed task : buy tea \nwrite a new task that is challenging but feasible , meaningfully "
+                     "different and realistic : ")
+    assert task_generation_prompt("buy tea", "green tea") == plain + "green tea <task>"
+    assert task_generation_target("buy green tea", "green tea", "none") == "<task> buy green tea </task>"
+    assert task_generation_target("buy green tea", "green tea", "prompt") == " buy green tea </task>"
+    assert task_generation_target("buy Green Tea bags", "green tea", "slot") == " buy <family> bags </task>"
+    assert task_generation_target("buy green teapots", "green tea", "slot") == " buy green teapots </task>"  # whole words
+    read = lambda text, mode: parse_task_output(generated_text(text, "green tea", mode))
+    assert read("<task> buy jam </task>", "none") == ("buy jam", None)
+    assert read(" buy jam </task>", "prompt") == ("buy jam", None)
+    assert read(" buy <family> bags </task>", "slot") == ("buy green tea bags", None)
+    assert read("buy <family>, and price lower than 5 dollars </task>", "slot") == (
+        "buy green tea, and price lower than 5 dollars", None)
+    assert read(" buy jam </task>", "none") == (None, "no <task> ... </task>")
+    with pytest.raises(ValueError, match="curriculum.family"):
+        task_generation_target("x", "y", "first")
+
+
+def test_curriculum_names_each_seeds_family_in_its_prompt():
+    from types import SimpleNamespace
+
+    from dreamgym_pl.curriculum import Curriculum
+
+    train = [Task("t0", "buy tea", {"category": "tea"}), Task("t1", "buy mugs", {"category": "mug"})]
+    seen: list[list[str]] = []
+
+    def generate(prompts):
+        seen.append(prompts)
+        return [" buy green <family> </task>", " buy blue mugs"][: len(prompts)]
+
+    cur = Curriculum(train, generate, lambda trajs: {"t0": 0.25, "t1": 0.2}, max_share=0.5, min_variance=0.05,
+                     num_seeds=2, batch_size=4, family=lambda t: t.goal["category"], family_mode="slot")
+    cur.update([SimpleNamespace(task=t) for t in train])
+    assert [p.rsplit(": ", 1)[1] for p in seen[0]] == ["tea <task>", "mug <task>"]
+    assert [t.instruction for t in cur.state.generated] == ["buy green tea"]
+    assert cur.last_examples[1] == ("buy mugs", "<task> buy blue mugs", "rejected: no <task> ... </task>")
+    with pytest.raises(ValueError, match="needs the env's task_family"):
+        Curriculum(train, generate, lambda trajs: {}, 0.5, 0.05, 2, 4, family_mode="prompt")

@@ -157,14 +157,17 @@ def test_generation_examples_text():
     assert text == "**accepted**: `buy tea` -> `buy 'green' tea`\n\n**rejected: no tag**: `buy jam` -> `x`"
 
 
-def test_experience_stage_trains_the_generator_on_same_type_pairs(shop):
+@pytest.mark.parametrize("mode", ["none", "prompt", "slot"])
+def test_experience_stage_trains_the_generator_on_same_type_pairs(shop, mode):
     """The experience stage's task-generation samples: prompt = the seed, target = `<task> variation </task>`,
-    the variation of the seed's product type, and after decoding + detokenising the real instruction itself."""
+    the variation of the seed's product type, and after decoding + detokenising the real instruction itself.
+    With `curriculum.family` prompt or slot, the prompt ends with the seed's product type and `<task>`, the
+    target holds the rest (slot: the type written `<family>`, never the type's words)."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
 
-    from dreamgym_pl.curriculum import parse_generated_task
+    from dreamgym_pl.curriculum import FAMILY_SLOT, generated_text, parse_generated_task
     from dreamgym_pl.experience.format import atomic_tags
     from dreamgym_pl.models import train_word_tokenizer
     from dreamgym_pl.stages.experience import task_generation_examples
@@ -172,15 +175,22 @@ def test_experience_stage_trains_the_generator_on_same_type_pairs(shop):
     train = shop.tasks("train")
     prompt_words = "seed task : write a new task that is challenging but feasible , meaningfully different and realistic"
     tok = train_word_tokenizer(shop.corpus() + [t.instruction for t in train] + [prompt_words],
-                               atomic_words=atomic_tags())
-    run = SimpleNamespace(cfg=OmegaConf.create({"curriculum": {"train_examples": 60, "neighbours": 0}, "seed": 0}), env=shop)
+                               atomic_words=atomic_tags() + [FAMILY_SLOT])
+    run = SimpleNamespace(cfg=OmegaConf.create({"curriculum": {"train_examples": 60, "neighbours": 0,
+                                                         "family": mode}, "seed": 0}), env=shop)
     samples = task_generation_examples(run, tok)
     assert len(samples) == 60
     by_text = {t.instruction: t for t in train}
     for s in samples:
         prompt = tok.decode(s.prompt_ids)
         seed_text = prompt.split("seed task : ", 1)[1].split(" write a new task", 1)[0]
-        variation = parse_generated_task(tok.decode(s.response_ids, skip_special_tokens=True))
+        response = tok.decode(s.response_ids, skip_special_tokens=True)
         seed = next(t for t in train if text_key(t.instruction) == text_key(seed_text))
+        ptype = seed.goal["query"]
+        if mode != "none":
+            assert prompt.endswith(f"{ptype} <task>")
+        if mode == "slot":
+            assert FAMILY_SLOT in response and f" {ptype} " not in f" {response} "
+        variation = parse_generated_task(generated_text(response, ptype, mode))
         assert variation in by_text and variation != seed.instruction
         assert by_text[variation].goal["query"] == seed.goal["query"]

@@ -99,8 +99,12 @@ class Run:
         return texts
 
     def atomic_words(self) -> list[str]:
-        """Words the tiny tokenizer keeps whole: the env's (page separators) and the format tags."""
-        return list(self.env.atomic_words) + experience_format.atomic_tags()
+        """Words the tiny tokenizer keeps whole: the env's (page separators) and the format tags (and the task
+        generator's family slot with `curriculum.family=slot`: appended last, so the other ids stay)."""
+        from dreamgym_pl.curriculum import FAMILY_SLOT
+
+        slot = [FAMILY_SLOT] if self.cfg.curriculum.family == "slot" else []
+        return list(self.env.atomic_words) + experience_format.atomic_tags() + slot
 
     def load_policy(self, path: str | None = None) -> tuple[Any, Any]:
         from dreamgym_pl.models import get_base_model, load_pretrained

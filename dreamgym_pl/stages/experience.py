@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_pl import dist
-from dreamgym_pl.curriculum import task_generation_prompt, variation_pairs
+from dreamgym_pl.curriculum import task_generation_prompt, task_generation_target, variation_pairs
 from dreamgym_pl.experience.annotate import annotate
-from dreamgym_pl.experience.format import TASK_TAG, ExperienceFormat, target_length_report
+from dreamgym_pl.experience.format import ExperienceFormat, target_length_report
 from dreamgym_pl.model_files import is_model_file, model_file
 from dreamgym_pl.policy.samples import StepSample
 from dreamgym_pl.stages.resume import fit, seed_stage
@@ -68,10 +68,13 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     if not pairs:
         log.warning("experience: no task-generation examples: every task family (env.task_family) of the train "
                     "split holds one instruction, so no train task is a variation of another")
+    mode = run.cfg.curriculum.family
     out = []
     for a, b in pairs:
-        p = tok(task_generation_prompt(a.instruction), add_special_tokens=False)["input_ids"]
-        t = tok(f"<{TASK_TAG}> {b.instruction} </{TASK_TAG}>", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        fam = run.env.task_family(a)
+        p = tok(task_generation_prompt(a.instruction, fam if mode != "none" else None),
+                add_special_tokens=False)["input_ids"]
+        t = tok(task_generation_target(b.instruction, fam, mode), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         out.append(StepSample(p, t))
     return out
 

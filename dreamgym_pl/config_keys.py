@@ -109,6 +109,7 @@ RULES: dict[str, Rule] = {
     "replay.exclude": one_of("task", "episode", "none"),
     "replay.synthetic_demos": BOOL,
     "replay.overfetch": NONNEG_INT,
+    "replay.online_k": NONNEG_INT,
     "replay.capacity": POS_INT,
     "replay.max_size": nullable(POS_INT),
     "curriculum.lambda_": PROB,

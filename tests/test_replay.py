@@ -89,6 +89,40 @@ def test_query_counts_what_it_returns_by_source():
     assert buf.query([key], k=3) == buf.query([key], k=3, reads={})  # counting changes no answer
 
 
+def test_online_quota_shows_the_nearest_online_rows_best_first(tmp_path):
+    """`online_k`: up to that many of the k are the nearest online rows (exact cosine), the rest the nearest of the
+    others, merged best first; the excluded task's online rows are never shown; a saved buffer keeps its online
+    rows; without online rows (or online_k 0) the plain top-k."""
+    emb = HashingEmbedder(64)
+    buf = ReplayBuffer(emb, capacity=16)
+    off, onl = make_transitions(40, 1), make_transitions(6, 2)
+    for t in onl:
+        t.task.task_id = "o" + t.task.task_id
+    buf.add(off, "offline")
+    key = transition_key(off[0].task.instruction, off[0].state.text, off[0].action)
+    assert buf.query([key], k=3, online_k=2) == buf.query([key], k=3)  # no online rows yet
+    buf.add(onl, "online")
+    keys_on = emb.embed([transition_key(t.task.instruction, t.state.text, t.action) for t in onl])
+    q = emb.embed([key])[0]
+    on_order = [onl[i] for i in np.argsort(-(keys_on @ q), kind="stable")]
+    reads = {}
+    res = buf.query([key], k=3, online_k=2, reads=reads)[0]
+    assert reads == {"offline": 1, "online": 2} and len(res) == 3
+    assert [t for t in res if t.task.task_id.startswith("o")] == on_order[:2]
+    assert res[:1] == [off[0]]  # the key's own transition is nearest (distance 0): first
+    all_keys = emb.embed([transition_key(t.task.instruction, t.state.text, t.action) for t in res])
+    sims = all_keys @ q
+    assert list(sims) == sorted(sims, reverse=True)  # best first across both parts
+    # the quota never shows the excluded task's online row, and takes no more than k
+    ex = on_order[0].task.task_id
+    res = buf.query([key], k=3, online_k=5, exclude_tasks=[ex])[0]
+    assert len(res) == 3 and all(t.task.task_id.startswith("o") for t in res) and on_order[0] not in res
+    buf.save(tmp_path / "replay")
+    back = ReplayBuffer.load(tmp_path / "replay", emb)
+    assert back.online_rows == buf.online_rows == list(range(40, 46))
+    assert back.query([key], k=3, online_k=2) == buf.query([key], k=3, online_k=2)
+
+
 def test_save_load_round_trip(tmp_path):
     emb = HashingEmbedder(64)
     buf = ReplayBuffer(emb, capacity=8)

@@ -50,6 +50,7 @@ class ExperienceFormat:
     exclude: str = "task"       # retrieval never shows a step: task (its own task's transitions) | episode | none
     overfetch: int = 4          # exclude=episode: extra neighbours retrieved so that k remain
     synthetic_demos: bool = False  # retrieval may show the buffer's synthetic transitions (enrichment); else real only
+    online_k: int = 0           # of the k shown by the synthetic env, up to this many are the nearest online ones
     max_prompt_tokens: int = 768   # training prompts keep their last N tokens
     max_target_tokens: int = 256   # training targets keep their first N tokens
 

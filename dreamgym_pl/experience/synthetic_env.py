@@ -151,7 +151,7 @@ class SyntheticEnv:
         exclude = [self._tasks[i].task_id for i in live] if self.fmt.exclude == "task" else None
         reads: dict[str, int] = {}
         demos = self.buffer.query(keys, self.fmt.k, real_only=not self.fmt.synthetic_demos, exclude_tasks=exclude,
-                                  reads=reads)
+                                  reads=reads, online_k=self.fmt.online_k)
         for src, n in reads.items():  # which part of the buffer the experience model is shown (replay/reads_*)
             self._count(f"reads_{src}", n)
         return demos

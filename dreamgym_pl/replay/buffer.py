@@ -4,7 +4,8 @@
   policy's data; online: real transitions of the RL stages and of the experience model's refresh; synthetic); exact
   duplicates (same task, state, action and next state) are skipped; the index grows past its capacity.
 - `max_size`: when set, the oldest synthetic entries are evicted first (marked deleted in the index).
-- `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries.
+- `query(keys, k, real_only)`: top-k by cosine; `real_only` filters out synthetic entries; `online_k` of the k are
+  the nearest online entries (when any is allowed), found exactly (few rows: a dot product each).
 - `save(dir)` / `load(dir)`: each save writes a new version folder and then atomically swaps the
   `CURRENT` pointer file (`os.replace`), so a crash mid-save leaves the previous copy loadable.
 """
@@ -50,6 +51,7 @@ class ReplayBuffer:
         self.digests: set[str] = set()
         self.deleted: set[int] = set()
         self.synthetic_rows: set[int] = set()  # live synthetic rows: what `real_only` leaves out, kept as rows change
+        self.online_rows: list[int] = []  # online rows in the order added (never evicted): `query`'s online_k
         self.task_rows: dict[str, set[int]] = {}  # task id -> its rows (leakage-free retrieval)
 
     def __len__(self) -> int:
@@ -81,6 +83,8 @@ class ReplayBuffer:
             self.task_rows.setdefault(t.task.task_id, set()).add(i)
         if source == "synthetic":
             self.synthetic_rows.update(range(start, need))
+        if source == "online":
+            self.online_rows.extend(range(start, need))
         self._evict()
         return len(new)
 
@@ -103,10 +107,13 @@ class ReplayBuffer:
 
     def query(self, keys: Sequence[str], k: int, real_only: bool = True,
               exclude_tasks: Sequence[str | None] | None = None,
-              reads: dict[str, int] | None = None) -> list[list[Transition]]:
+              reads: dict[str, int] | None = None, online_k: int = 0) -> list[list[Transition]]:
         """Top-k neighbours of each key text (best first). `exclude_tasks[i]`: a task id whose transitions are
         never returned for key i (leakage-free retrieval: a task never sees its own transitions). `reads`: the
         returned rows are counted into it by the source they were added with (offline, online, synthetic).
+        `online_k`: up to this many of the k are the nearest allowed online rows (the RL stages' and refreshes'
+        real transitions, `replay.online_k`), the rest the nearest of the other allowed rows, all best first
+        (`_query_online`); 0, or no online row: plain top-k.
 
         The rows a query may return are described, not listed: live rows, less the live synthetic ones
         (`real_only`), less the excluded task's; their number comes from counters kept by `add` and the
@@ -121,6 +128,9 @@ class ReplayBuffer:
         self.index.set_ef(max(self.ef_search, 2 * kk))
         vecs = self.embedder.embed(list(keys))
         deleted = self.deleted
+        if online_k > 0 and self.online_rows:
+            return [self._query_online(vec, kk, online_k, exclude_tasks[j] if exclude_tasks is not None else None,
+                                       blocked, n_allowed, reads) for j, vec in enumerate(vecs)]
         if exclude_tasks is not None:
             out = []
             for vec, ex in zip(vecs, exclude_tasks):
@@ -143,6 +153,31 @@ class ReplayBuffer:
         for row in labels:
             self._count(reads, row)
         return [[self.items[int(i)] for i in row] for row in labels]
+
+    def _query_online(self, vec: np.ndarray, kk: int, online_k: int, ex: str | None, blocked: set[int],
+                      n_allowed: int, reads: dict[str, int] | None) -> list[Transition]:
+        """One key's `query` with an online quota: the min(online_k, kk) nearest online rows not of task `ex`,
+        by exact cosine (ties: the earlier row), then the nearest other allowed rows up to kk, merged by distance."""
+        deleted = self.deleted
+        rows = self.task_rows.get(ex, set()) if ex is not None else set()
+        n_all = min(kk, n_allowed - sum(1 for r in rows if r not in deleted and r not in blocked))
+        on = [r for r in self.online_rows if r not in rows]
+        n_on = min(online_k, n_all, len(on))
+        picked: list[tuple[float, int]] = []
+        if n_on > 0:
+            q = vec / max(float(np.linalg.norm(vec)), 1e-12)
+            m = np.asarray(self.index.get_items(on), dtype=np.float32)  # stored normalised (cosine space)
+            d = 1.0 - m @ q
+            picked = [(float(d[i]), on[i]) for i in np.argsort(d, kind="stable")[:n_on]]
+        if n_all - n_on > 0:
+            taken = {r for _, r in picked}
+            labels, dists = self.index.knn_query(
+                vec[None], k=n_all - n_on, num_threads=1,
+                filter=lambda i: i not in deleted and i not in blocked and i not in rows and i not in taken)
+            picked += [(float(dd), int(i)) for dd, i in zip(dists[0], labels[0])]
+        order = [r for _, r in sorted(picked, key=lambda x: x[0])]
+        self._count(reads, order)
+        return [self.items[r] for r in order]
 
     def _count(self, reads: dict[str, int] | None, rows: Sequence[int]) -> None:
         for i in rows if reads is not None else ():
@@ -189,6 +224,8 @@ class ReplayBuffer:
                 buf.digests.add(_digest(t))
                 if row["source"] == "synthetic":
                     buf.synthetic_rows.add(i)
+            if row["source"] == "online" and not row["deleted"]:
+                buf.online_rows.append(i)
         return buf
 
 

@@ -30,7 +30,7 @@ def experience_format(run: Run) -> ExperienceFormat:
     return ExperienceFormat(history=e.history, k=run.cfg.replay.k, demo_words=e.demo_words,
                             state_words=e.state_words,
                             reasoning=e.reasoning, exclude=run.cfg.replay.exclude, overfetch=run.cfg.replay.overfetch,
-                            synthetic_demos=run.cfg.replay.synthetic_demos,
+                            synthetic_demos=run.cfg.replay.synthetic_demos, online_k=run.cfg.replay.online_k,
                             max_prompt_tokens=e.max_prompt_tokens, max_target_tokens=e.max_target_tokens)
 
 

@@ -161,19 +161,20 @@ FAMILY_MODES = ("none", "prompt", "slot")
 FAMILY_SLOT = "<family>"  # where the seed's family stands in a slot-mode target; one token of the tiny tokenizer
 
 
-def task_generation_prompt(seed_instruction: str, family: str | None = None) -> str:
-    """The task generator's prompt (the experience model as M_task): the seed's instruction and the request
-    for a variation; with the seed's `family` (`curriculum.family` prompt or slot: `env.task_family`, what a
-    variation keeps, e.g. WebShop's product type), the prompt ends with it and the opened `<task>` tag, so that
-    the generation starts right after the family it must keep (no words outside the existing vocabulary)."""
-    base = (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
-            f"different and realistic : ")
-    return base if family is None else f"{base}{family} <task>"
-
-
 def _check_mode(mode: str) -> None:
     if mode not in FAMILY_MODES:
         raise ValueError(f"curriculum.family: one of {', '.join(FAMILY_MODES)}, got {mode!r}")
+
+
+def task_generation_prompt(seed_instruction: str, family: str = "", mode: str = "none") -> str:
+    """The task generator's prompt (the experience model as M_task): the seed's instruction and the request
+    for a variation; with `curriculum.family` prompt or slot, the prompt ends with the seed's `family`
+    (`env.task_family`, what a variation keeps, e.g. WebShop's product type) and the opened `<task>` tag, so that
+    the generation starts right after the family it must keep (no words outside the existing vocabulary)."""
+    _check_mode(mode)
+    base = (f"seed task : {seed_instruction} \nwrite a new task that is challenging but feasible , meaningfully "
+            f"different and realistic : ")
+    return base if mode == "none" else f"{base}{family} <task>"
 
 
 def task_generation_target(instruction: str, family: str, mode: str) -> str:
@@ -329,10 +330,10 @@ class Curriculum:
         seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
         counts = {"parsed": 0, "valid": 0, "new": 0}
         asked = candidate_seeds(seeds, self.candidates)
-        named = self.family_mode != "none"
-        fams = [self.family(by_id[s]) if named else "" for s in asked]
-        prompts = [task_generation_prompt(by_id[s].instruction, f if named else None) for s, f in zip(asked, fams)]
-        texts = [generated_text(t, f, self.family_mode) for t, f in zip(self.generate(prompts), fams)] if asked else []
+        mode = self.family_mode
+        fams = [self.family(by_id[s]) if mode != "none" else "" for s in asked]
+        prompts = [task_generation_prompt(by_id[s].instruction, f, mode) for s, f in zip(asked, fams)]
+        texts = [generated_text(t, f, mode) for t, f in zip(self.generate(prompts), fams)] if asked else []
         for sid, text in zip(asked, texts):
             parent = by_id[sid]
             instr, flags, why = judge_generation(text, parent, self.known, self.check_task, self.max_words)

@@ -61,10 +61,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     mode = c.family
-    fams = [run.env.task_family(s) for s in seeds for _ in range(k_max)]
-    prompts = [task_generation_prompt(s.instruction, run.env.task_family(s) if mode != "none" else None)
-               for s in seeds for _ in range(k_max)]
-    texts = [generated_text(x.text, f, mode) for x, f in zip(engine.generate(prompts, params), fams)]
+    pairs = [(s.instruction, run.env.task_family(s)) for s in seeds for _ in range(k_max)]
+    prompts = [task_generation_prompt(instr, fam, mode) for instr, fam in pairs]
+    texts = [generated_text(x.text, fam, mode) for x, (_, fam) in zip(engine.generate(prompts, params), pairs)]
     seconds = time.perf_counter() - t0
     kinds: Counter[str] = Counter()
     accepted: list[list[bool]] = []

@@ -272,7 +272,9 @@ def test_family_modes_hand_written():
     plain = task_generation_prompt("buy tea")
     assert plain == ("seed task : buy tea \nwrite a new task that is challenging but feasible , meaningfully "
                      "different and realistic : ")
-    assert task_generation_prompt("buy tea", "green tea") == plain + "green tea <task>"
+    assert task_generation_prompt("buy tea", "green tea", "prompt") == plain + "green tea <task>"
+    assert task_generation_prompt("buy tea", "green tea", "slot") == plain + "green tea <task>"
+    assert task_generation_prompt("buy tea", "green tea", "none") == plain
     assert task_generation_target("buy green tea", "green tea", "none") == "<task> buy green tea </task>"
     assert task_generation_target("buy green tea", "green tea", "prompt") == " buy green tea </task>"
     assert task_generation_target("buy Green Tea bags", "green tea", "slot") == " buy <family> bags </task>"

@@ -129,8 +129,10 @@ class ReplayBuffer:
         vecs = self.embedder.embed(list(keys))
         deleted = self.deleted
         if online_k > 0 and self.online_rows:
+            on = np.asarray(self.online_rows)
+            on_vecs = np.asarray(self.index.get_items(self.online_rows), dtype=np.float32)  # once a call; normalised
             return [self._query_online(vec, kk, online_k, exclude_tasks[j] if exclude_tasks is not None else None,
-                                       blocked, n_allowed, reads) for j, vec in enumerate(vecs)]
+                                       blocked, n_allowed, reads, on, on_vecs) for j, vec in enumerate(vecs)]
         if exclude_tasks is not None:
             out = []
             for vec, ex in zip(vecs, exclude_tasks):
@@ -155,20 +157,21 @@ class ReplayBuffer:
         return [[self.items[int(i)] for i in row] for row in labels]
 
     def _query_online(self, vec: np.ndarray, kk: int, online_k: int, ex: str | None, blocked: set[int],
-                      n_allowed: int, reads: dict[str, int] | None) -> list[Transition]:
-        """One key's `query` with an online quota: the min(online_k, kk) nearest online rows not of task `ex`,
-        by exact cosine (ties: the earlier row), then the nearest other allowed rows up to kk, merged by distance."""
+                      n_allowed: int, reads: dict[str, int] | None, on: np.ndarray,
+                      on_vecs: np.ndarray) -> list[Transition]:
+        """One key's `query` with an online quota: the min(online_k, kk) nearest online rows (`on`, their stored
+        vectors `on_vecs`) not of task `ex`, by exact cosine (ties: the earlier row), then the nearest other
+        allowed rows up to kk, merged by distance."""
         deleted = self.deleted
         rows = self.task_rows.get(ex, set()) if ex is not None else set()
         n_all = min(kk, n_allowed - sum(1 for r in rows if r not in deleted and r not in blocked))
-        on = [r for r in self.online_rows if r not in rows]
-        n_on = min(online_k, n_all, len(on))
+        keep = ~np.isin(on, list(rows)) if rows else np.ones(len(on), dtype=bool)
+        n_on = min(online_k, n_all, int(keep.sum()))
         picked: list[tuple[float, int]] = []
         if n_on > 0:
             q = vec / max(float(np.linalg.norm(vec)), 1e-12)
-            m = np.asarray(self.index.get_items(on), dtype=np.float32)  # stored normalised (cosine space)
-            d = 1.0 - m @ q
-            picked = [(float(d[i]), on[i]) for i in np.argsort(d, kind="stable")[:n_on]]
+            d = np.where(keep, 1.0 - on_vecs @ q, np.inf)
+            picked = [(float(d[i]), int(on[i])) for i in np.argsort(d, kind="stable")[:n_on]]
         if n_all - n_on > 0:
             taken = {r for _, r in picked}
             labels, dists = self.index.knn_query(

@@ -72,8 +72,7 @@ def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     out = []
     for a, b in pairs:
         fam = run.env.task_family(a)
-        p = tok(task_generation_prompt(a.instruction, fam if mode != "none" else None),
-                add_special_tokens=False)["input_ids"]
+        p = tok(task_generation_prompt(a.instruction, fam, mode), add_special_tokens=False)["input_ids"]
         t = tok(task_generation_target(b.instruction, fam, mode), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         out.append(StepSample(p, t))
     return out

@@ -145,7 +145,7 @@ def test_a_folder_with_two_gguf_files_must_name_one(tmp_path):
 @pytest.mark.parametrize("preset", ["webshop_dreamgym_smol", "webshop_s2r_smol"])
 def test_smol_presets_judge_with_the_experience_model_alone(preset, tmp_path):
     """The presets validate, and the reward is the experience model's own: no outcome model, no ending rules, no
-    invalid-action rule; its purchase traces quote the page (env.trace=evidence) and the ending drill is on."""
+    invalid-action rule; its purchase traces quote the page and spell out the sum (env.trace=tally) and the ending drill is on."""
     from dreamgym_pl.config import validate
     from tests.conftest import compose
 
@@ -153,4 +153,4 @@ def test_smol_presets_judge_with_the_experience_model_alone(preset, tmp_path):
     validate(cfg, tmp_path)
     e = cfg.experience
     assert (e.model, e.outcome_model, e.ending_rules, e.invalid_action) == ("smollm2", "none", False, "model")
-    assert cfg.env.trace == "evidence" and e.ending_steps > 0
+    assert cfg.env.trace == "tally" and e.ending_steps > 0

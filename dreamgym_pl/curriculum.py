@@ -205,30 +205,12 @@ def accept_all(instruction: str, seed: Task) -> str | None:
     return None
 
 
-def candidate_seeds(seeds: Sequence[str], candidates: int) -> list[str]:
-    """The seed of each generation an iteration asks for: every seed `candidates` times, seed by seed (with 1,
-    the seeds themselves)."""
-    return [s for s in seeds for _ in range(candidates)]
-
-
-def word_overlap(a: str, b: str) -> float:
-    """Jaccard similarity of two instructions' word sets (`text_key` words): 1 for the same words, 0 for none
-    shared."""
-    x, y = set(text_key(a).split()), set(text_key(b).split())
-    return len(x & y) / len(x | y) if x | y else 1.0
-
-
 def variation_pairs(tasks: Sequence[Task], family: Callable[[Task], str], n: int,
-                    rng: random.Random, neighbours: int = 0) -> list[tuple[Task, Task]]:
+                    rng: random.Random) -> list[tuple[Task, Task]]:
     """`n` (seed, variation) training pairs for the task generator: the seed drawn uniformly from the tasks
     whose family (`env.task_family`: WebShop's product type, TextWorld's kind of quest) holds another task
-    with a different instruction, the variation uniformly from those (`neighbours` 0), or from the
-    `neighbours` of them whose instructions share the most words with the seed's (`word_overlap`; ties by
-    their order in `tasks`), so that a variation is an edit of its seed (`curriculum.neighbours`). A task
-    alone in its family is never a seed (pairing it with a task of another family would teach the generator
+    with a different instruction, the variation uniformly from those. A task alone in its family is never a seed (pairing it with a task of another family would teach the generator
     to change what a variation keeps); no pairs when every family has one instruction."""
-    if neighbours < 0:
-        raise ValueError(f"curriculum.neighbours: must be >= 0, got {neighbours}")
     by_family: dict[str, list[Task]] = {}
     for t in tasks:
         by_family.setdefault(family(t), []).append(t)
@@ -237,11 +219,7 @@ def variation_pairs(tasks: Sequence[Task], family: Callable[[Task], str], n: int
 
     def choices(a: Task) -> list[Task]:
         if id(a) not in near:
-            others = [x for x in by_family[family(a)] if x.instruction != a.instruction]
-            if neighbours:
-                order = sorted(range(len(others)), key=lambda i: (-word_overlap(a.instruction, others[i].instruction), i))
-                others = [others[i] for i in order[:neighbours]]
-            near[id(a)] = others
+            near[id(a)] = [x for x in by_family[family(a)] if x.instruction != a.instruction]
         return near[id(a)]
 
     out = []
@@ -281,21 +259,16 @@ class Curriculum:
                  num_seeds: int, batch_size: int, seed: int = 0, max_words: int = 40,
                  state: CurriculumState | None = None, held_out: Sequence[str] = (),
                  check_task: Callable[[str, Task], str | None] = accept_all, num_examples: int = 8,
-                 max_uses: int = 0, candidates: int = 1, family: Callable[[Task], str] | None = None,
+                 max_uses: int = 0, family: Callable[[Task], str] | None = None,
                  family_mode: str = "none"):
         """`held_out`: instructions a generated task must never equal (the val and test tasks'); equality is
         by `text_key`, so a detokenised generation and a real instruction compare like with like.
         `num_examples`: (seed, generation, verdict) examples kept per iteration for the logs.
         `max_uses`: batches a generated task may join (0: no limit; then the newest ones join every batch).
-        `candidates`: generations sampled per seed in an iteration (`curriculum.candidates`); each is judged and
-        every accepted one joins (a later candidate equal to an accepted one is rejected as existing).
         `family`, `family_mode`: the env's `task_family` and how the generator is given it (`curriculum.family`:
         none, prompt, slot; `task_generation_target`)."""
         max_generated(batch_size, max_share)  # validates lambda
         usable([], {}, max_uses)  # validates max_uses
-        if candidates < 1:
-            raise ValueError(f"curriculum.candidates: must be >= 1, got {candidates}")
-        self.candidates = candidates
         _check_mode(family_mode)
         if family_mode != "none" and family is None:
             raise ValueError(f"curriculum.family={family_mode} needs the env's task_family")
@@ -329,7 +302,7 @@ class Curriculum:
         self.last_new, self.last_examples = [], []
         seeds = select_seeds(values, self.min_variance, self.num_seeds) if self.max_share > 0 else []
         counts = {"parsed": 0, "valid": 0, "new": 0}
-        asked = candidate_seeds(seeds, self.candidates)
+        asked = list(seeds)
         mode = self.family_mode
         fams = [self.family(by_id[s]) if mode != "none" else "" for s in asked]
         prompts = [task_generation_prompt(by_id[s].instruction, f, mode) for s, f in zip(asked, fams)]

@@ -132,34 +132,6 @@ def test_variation_pairs_stay_in_the_family_and_skip_singletons():
     assert variation_pairs(tasks[3:], lambda t: t.goal["category"], 10, random.Random(0)) == []
 
 
-def test_word_overlap_by_hand():
-    from dreamgym_pl.curriculum import word_overlap
-
-    assert word_overlap("buy green tea", "buy green tea") == 1.0
-    assert word_overlap("buy green tea", "Buy black tea") == 2 / 4  # {buy, tea} of {buy, green, black, tea}
-    assert word_overlap("buy 12 cups", "buy 1 2 cups") == 1.0  # the tokenizer's split digits: one key
-    assert word_overlap("", "") == 1.0 and word_overlap("tea", "") == 0.0
-
-
-def test_variation_pairs_neighbours_take_the_closest_instructions():
-    from dreamgym_pl.curriculum import variation_pairs
-
-    tea = lambda i, text: Task(i, text, {"category": "tea"})  # noqa: E731
-    tasks = [tea("a", "green tea with milk"), tea("b", "green tea with honey"), tea("c", "black coffee tea"),
-             tea("d", "green tea with milk and honey")]
-    fam = lambda t: t.goal["category"]  # noqa: E731
-    near = {(x.task_id, y.task_id) for x, y in variation_pairs(tasks, fam, 400, random.Random(0), neighbours=1)}
-    # overlaps: a-b 3/5, a-c 1/6, a-d 4/6; b-c 1/6, b-d 4/6; c-d 1/8: each seed's single nearest
-    assert near == {("a", "d"), ("b", "d"), ("c", "a"), ("d", "a")}  # c: a, b tie at 1/6 -> the first; d: a, b tie
-    two = {(x.task_id, y.task_id) for x, y in variation_pairs(tasks, fam, 400, random.Random(0), neighbours=2)}
-    assert two == near | {("a", "b"), ("b", "a"), ("c", "b"), ("d", "b")}
-    ids = lambda ps: {(x.task_id, y.task_id) for x, y in ps}  # noqa: E731
-    every = ids(variation_pairs(tasks, fam, 400, random.Random(3), neighbours=0))
-    assert len(every) == 12 and every == ids(variation_pairs(tasks, fam, 400, random.Random(3), neighbours=10))
-    with pytest.raises(ValueError, match="curriculum.neighbours"):
-        variation_pairs(tasks, fam, 1, random.Random(0), neighbours=-1)
-
-
 def test_curriculum_logs_shares_examples_and_roots_lineage():
     from types import SimpleNamespace
 
@@ -229,15 +201,7 @@ def test_max_uses_limits_how_often_a_generated_task_joins_a_batch():
     assert cur.state.shares == [0.5, 0.0, 0.0]
 
 
-def test_candidate_seeds_hand_values():
-    from dreamgym_pl.curriculum import candidate_seeds
-
-    assert candidate_seeds(["a", "b"], 1) == ["a", "b"]
-    assert candidate_seeds(["a", "b"], 3) == ["a", "a", "a", "b", "b", "b"]
-    assert candidate_seeds([], 4) == []
-
-
-def test_candidates_per_seed_are_each_judged_and_every_accepted_one_joins():
+def test_each_seed_gets_one_generation_judged_and_an_accepted_one_joins():
     from types import SimpleNamespace
 
     from dreamgym_pl.curriculum import Curriculum
@@ -247,23 +211,17 @@ def test_candidates_per_seed_are_each_judged_and_every_accepted_one_joins():
 
     def generate(prompts):
         asked.extend(prompts)
-        # seed t0's three candidates: a good one, the same again, an unparseable one; t1's: an existing
-        # instruction, one the check refuses, a good one
-        return ["<task> buy green tea </task>", "<task> buy green tea </task>", "buy", "<task> buy tea 3 </task>",
-                "<task> buy coffee </task>", "<task> buy black tea </task>"]
+        return ["<task> buy green tea </task>", "<task> buy coffee </task>"]  # t0's is good, t1's the check refuses
 
     cur = Curriculum(train, generate, lambda trajs: {"t0": 0.25, "t1": 0.1875}, max_share=0.5, min_variance=0.05,
-                     num_seeds=2, batch_size=4, max_uses=1, candidates=3,
+                     num_seeds=2, batch_size=4, max_uses=1,
                      check_task=lambda instr, seed: None if "tea" in instr else "not a tea")
     first = cur.sample([SimpleNamespace(task=t) for t in train])
-    assert len(asked) == 6 and asked[0] == asked[2] and "buy tea 0" in asked[0] and "buy tea 1" in asked[3]
-    assert [t.instruction for t in cur.state.generated] == ["buy green tea", "buy black tea"]
-    assert [t.parent_id for t in cur.state.generated] == ["t0", "t1"]
-    assert (cur.state.attempts, cur.state.accepted, cur.state.rejected) == (6, 2, 4)
-    assert cur.totals()["curriculum/generation_valid_share"] == pytest.approx(4 / 6)  # the coffee and "buy" fail
-    assert sum(t.parent_id is not None for t in first) == 2
-    with pytest.raises(ValueError, match="curriculum.candidates"):
-        Curriculum(train, generate, lambda trajs: {}, 0.5, 0.05, 2, 4, candidates=0)
+    assert len(asked) == 2 and "buy tea 0" in asked[0] and "buy tea 1" in asked[1]
+    assert [(t.instruction, t.parent_id) for t in cur.state.generated] == [("buy green tea", "t0")]
+    assert (cur.state.attempts, cur.state.accepted, cur.state.rejected) == (2, 1, 1)
+    assert cur.totals()["curriculum/generation_valid_share"] == pytest.approx(1 / 2)
+    assert sum(t.parent_id is not None for t in first) == 1
 
 
 def test_family_modes_hand_written():

@@ -59,12 +59,11 @@ def save_replay(run: Run, buffer: Any) -> None:
 def task_generation_examples(run: Run, tok: Any) -> list[StepSample]:
     """Teach the experience model the task-generator format on real variations: seed train task -> another
     train task of its family (`env.task_family`: WebShop's product type, TextWorld's kind of quest), drawn by
-    `curriculum.variation_pairs` (`curriculum.neighbours`: from the seed's nearest ones)."""
+    `curriculum.variation_pairs`."""
     n = run.cfg.curriculum.train_examples
     if n <= 0:
         return []
-    pairs = variation_pairs(run.env.tasks("train"), run.env.task_family, n, random.Random(run.cfg.seed),
-                            run.cfg.curriculum.neighbours)
+    pairs = variation_pairs(run.env.tasks("train"), run.env.task_family, n, random.Random(run.cfg.seed))
     if not pairs:
         log.warning("experience: no task-generation examples: every task family (env.task_family) of the train "
                     "split holds one instruction, so no train task is a variation of another")

@@ -116,8 +116,7 @@ def make_curriculum(run: Run, senv: SyntheticEnv, algo: RLAlgorithm, sdir: Path 
                      c.num_seeds, run.cfg.synthetic_rl.tasks_per_iter, run.cfg.seed, c.max_words, state,
                      held_out=[t.instruction for split in ("val", "test") for t in run.env.tasks(split)],
                      check_task=run.env.check_generated_task, max_uses=c.max_uses,
-                     candidates=c.candidates, family=run.env.task_family,
-                     family_mode=c.family)
+                     family=run.env.task_family, family_mode=c.family)
     if raw is not None:
         version, internal, gauss = raw["rng"]
         cur.rng.setstate((version, tuple(internal), gauss))

@@ -1,8 +1,8 @@
 """One rule per config key: the table that `config.validate` checks before any work starts (the
 rule vocabulary: `config_rules.py`).
 
-Every leaf key of `conf/config.yaml` and of the config groups (`conf/*/*.yaml`) has a rule here, keyed by its
-dotted name (`*` matches one level: `collect.agents.*`); tests/test_config.py walks every file and fails on a
+Every leaf key of `conf/config.yaml` and of the config groups (`conf/*/*.yaml`; the `algo` options are dataclasses
+whose fields carry their rules: `algo_config.py`) has a rule here, keyed by its dotted name (`*` matches one level: `collect.agents.*`); tests/test_config.py walks every file and fails on a
 key without one. A rule says which values it allows (the words of the error) and carries a value it rejects
 (the test sets it and expects an error naming the key). A key a group does not define (e.g. `env.nb_rooms`
 outside TextWorld) is skipped. Checks across keys (a stage needing another's output, DeepSpeed on a GPU)
@@ -16,8 +16,9 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from dreamgym_pl.algo_config import rules as algo_rules
 from dreamgym_pl.config_rules import (BOOL, DTYPES, FILE, NONNEG, NONNEG_INT, POS, POS_INT, PRECISIONS, PROB, TEXT,
-                                      Lazy, Rule, integer, is_algo_name, is_devices, is_env_name, is_int,
+                                      Lazy, Rule, integer, is_devices, is_env_name, is_int,
                                       is_stage_list, is_str_list, is_strategy, nullable, number, one_of, stage_words)
 
 
@@ -139,33 +140,6 @@ RULES: dict[str, Rule] = {
     "prompt.think": BOOL,
     "prompt.max_tokens": POS_INT,
     "prompt.chat_template": one_of("auto", True, False),  # rollout/prompts.py render_prompt
-    # ----- algo (conf/algo) --------------------------------------------------------------------
-    "algo.name": Lazy(is_algo_name, lambda: "a registered RL algorithm (dreamgym_pl/policy/algos)", "a2c"),
-    "algo.group_size": POS_INT,
-    "algo.clip_low": number(0, 1, lo_open=True, hi_open=True),
-    "algo.clip_high": POS,
-    "algo.dual_clip": nullable(number(1, lo_open=True)),
-    "algo.kl_coef": NONNEG,
-    "algo.kl_kind": one_of("k1", "k3"),
-    "algo.entropy_coef": NONNEG,
-    "algo.agg": one_of("token-mean", "seq-mean"),
-    "algo.ppo_epochs": POS_INT,
-    "algo.mini_batch_size": POS_INT,
-    "algo.temperature": POS,
-    "algo.top_p": number(0, 1, lo_open=True),
-    "algo.max_new_tokens": POS_INT,
-    "algo.reward": one_of("success", "score"),
-    "algo.invalid_penalty": NONNEG,
-    "algo.lr": POS,
-    "algo.warmup_steps": NONNEG_INT,
-    "algo.grad_clip": nullable(POS),
-    "algo.adv_eps": POS,
-    "algo.normalize_std": BOOL,
-    "algo.gamma": PROB,
-    "algo.gae_lambda": PROB,
-    "algo.vf_coef": NONNEG,
-    "algo.vf_clip": nullable(POS),
-    "algo.critic_lr": POS,
     # ----- env (conf/env; each env defines its own subset) -------------------------------------
     "env.name": Lazy(is_env_name, lambda: f"one of {__import__('dreamgym_pl.envs.base', fromlist=['x']).known_envs()}",
                      "nope"),
@@ -244,6 +218,7 @@ RULES: dict[str, Rule] = {
     "engine.seed": integer(),
 }
 
+RULES.update(algo_rules())  # algo.*: declared with their defaults in dreamgym_pl/algo_config.py
 
 def rule_for(key: str) -> Rule | None:
     if key in RULES:

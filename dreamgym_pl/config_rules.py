@@ -87,12 +87,6 @@ def is_env_name(v: Any) -> bool:
     return v in known_envs()
 
 
-def is_algo_name(v: Any) -> bool:
-    from dreamgym_pl.policy.algos import RL_ALGORITHMS
-
-    return v in RL_ALGORITHMS
-
-
 def is_devices(v: Any) -> bool:
     if isinstance(v, (list, tuple)):
         return all(is_int(x) for x in v)

@@ -20,6 +20,8 @@ def shop():
 def compose(overrides=()):
     from hydra import compose as hcompose, initialize_config_dir
 
+    import dreamgym_pl  # noqa: F401  (registers the algo options: dreamgym_pl/algo_config.py)
+
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return hcompose(config_name="config", overrides=list(overrides))
 

@@ -13,12 +13,23 @@ from dreamgym_pl.policy.samples import StepSample
 from tests.conftest import ROOT
 
 
+def test_every_algorithm_has_its_config_declared_once():
+    from dreamgym_pl.algo_config import ALGO_CONFIGS
+
+    assert {n: a.config_cls for n, a in RL_ALGORITHMS.items()} == ALGO_CONFIGS
+    assert not (ROOT / "conf" / "algo").exists()  # no YAML copy of the dataclasses to keep in step
+
+
 @pytest.mark.parametrize("name", sorted(RL_ALGORITHMS))
-def test_yaml_agrees_with_the_config_dataclass(name):
-    yaml = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "algo" / f"{name}.yaml"))
-    yaml.pop("defaults", None)
+def test_the_hydra_option_is_the_dataclass(name):
+    """`algo=<name>` composes to the dataclass's defaults, the root config's default included (grpo)."""
+    from tests.conftest import compose
+
     defaults = dataclasses.asdict(RL_ALGORITHMS[name].config_cls())
-    assert yaml == defaults
+    assert OmegaConf.to_container(compose([f"algo={name}"]).algo) == defaults
+    assert defaults["name"] == name
+    if name == "grpo":
+        assert OmegaConf.to_container(compose([]).algo) == defaults
 
 
 def test_lookup_by_name():

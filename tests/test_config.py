@@ -117,12 +117,11 @@ def _compositions():
     """(overrides, composed config) for the root config and every option of every config group."""
     from tests.conftest import ROOT
 
-    out = [((), compose([]))]
-    for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir()):
-        for f in sorted(group.glob("*.yaml")):
-            ov = (f"{group.name}={f.stem}",)
-            out.append((ov, compose(list(ov))))
-    return out
+    from dreamgym_pl.algo_config import ALGO_CONFIGS
+
+    options = [f"{group.name}={f.stem}" for group in sorted(p for p in (ROOT / "conf").iterdir() if p.is_dir())
+               for f in sorted(group.glob("*.yaml"))] + [f"algo={name}" for name in ALGO_CONFIGS]
+    return [((), compose([]))] + [((ov,), compose([ov])) for ov in options]
 
 
 COMPOSITIONS = _compositions()

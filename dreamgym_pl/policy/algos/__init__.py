@@ -1,7 +1,8 @@
 """Policy objectives as plug-ins, one module each: sft, dpo (offline) and the RL algorithms grpo, ppo.
 
-A new RL algorithm is one module here (a `RLConfig` subclass and a `RLAlgorithm` subclass) added to
-`RL_ALGORITHMS`, plus `conf/algo/<name>.yaml`.
+A new RL algorithm is one module here (a `RLAlgorithm` subclass) added to `RL_ALGORITHMS`, and its config
+dataclass (a `RLConfig` subclass: defaults, rules, comments) in `dreamgym_pl/algo_config.py`'s `ALGO_CONFIGS`, which
+makes it the Hydra option `algo=<name>`.
 """
 
 from __future__ import annotations

@@ -2,18 +2,17 @@
 
 An objective (sft, dpo, grpo, ppo) gives `PolicyModule` its loss and says what it needs (a frozen reference
 model, a value head, hidden states). An RL algorithm also turns a batch of trajectories into per-step
-training samples with advantages, and values tasks for the curriculum. Each owns a config dataclass, the
-one source of its defaults; `conf/algo/<name>.yaml` mirrors it (tests/test_algos.py checks that).
+training samples with advantages, and values tasks for the curriculum. Each has a config dataclass in
+`dreamgym_pl/algo_config.py`, the one declaration of its keys (defaults, rules, comments; the Hydra `algo` options).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from dreamgym_pl.algo_config import RLConfig
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.curriculum import group_variances
 from dreamgym_pl.policy import losses
@@ -36,39 +35,6 @@ class Objective:
     def loss(self, module: Any, batch: dict[str, torch.Tensor], out: Any,
              logp: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         raise NotImplementedError
-
-
-@dataclass
-class RLConfig:
-    """Hyper-parameters every RL algorithm shares (conf/algo/*.yaml documents each key)."""
-
-    name: str = ""
-    group_size: int = 8
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = 3.0
-    kl_coef: float = 0.01
-    kl_kind: str = "k3"
-    entropy_coef: float = 0.001
-    agg: str = "token-mean"
-    ppo_epochs: int = 1
-    mini_batch_size: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 16
-    reward: str = "success"
-    invalid_penalty: float = 0.1
-    lr: float = 1.0e-4
-    warmup_steps: int = 10
-    grad_clip: float = 1.0
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RLConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise KeyError(f"algo.{unknown[0]}: not a key of algo={d.get('name')!r}; its keys: {sorted(known)}")
-        return cls(**d)
 
 
 def episode_outcome(traj: Trajectory, reward: str) -> float:

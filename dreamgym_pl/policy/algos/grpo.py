@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
+from dreamgym_pl.algo_config import GRPOConfig
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.policy import losses
-from dreamgym_pl.policy.algos.base import RLAlgorithm, RLConfig, trajectory_return
+from dreamgym_pl.policy.algos.base import RLAlgorithm, trajectory_return
 from dreamgym_pl.policy.samples import StepSample
-
-
-@dataclass
-class GRPOConfig(RLConfig):
-    name: str = "grpo"
-    adv_eps: float = 1.0e-6       # added to the group std
-    normalize_std: bool = False   # true: divide by the group std (verl-agent); false: subtract the group mean only
 
 
 class GRPO(RLAlgorithm):

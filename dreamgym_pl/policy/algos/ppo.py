@@ -3,27 +3,16 @@ PPO has no groups: the curriculum groups tasks by k-means over their instruction
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
+from dreamgym_pl.algo_config import PPOConfig
 from dreamgym_pl.core import Trajectory
 from dreamgym_pl.curriculum import cluster_groups, group_variances
 from dreamgym_pl.policy import losses
-from dreamgym_pl.policy.algos.base import RLAlgorithm, RLConfig, step_rewards
+from dreamgym_pl.policy.algos.base import RLAlgorithm, step_rewards
 from dreamgym_pl.policy.samples import StepSample, collate
-
-
-@dataclass
-class PPOConfig(RLConfig):
-    name: str = "ppo"
-    group_size: int = 1           # no groups: one rollout per task
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    vf_coef: float = 0.5
-    vf_clip: float | None = 0.2
-    critic_lr: float = 1.0e-3
 
 
 class PPO(RLAlgorithm):

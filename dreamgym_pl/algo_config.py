@@ -27,11 +27,14 @@ def _is_name(v: Any) -> bool:
     return v in ALGO_CONFIGS
 
 
+NAME = Lazy(_is_name, lambda: f"a registered RL algorithm, one of {sorted(ALGO_CONFIGS)}", "a2c")  # algo.name's rule
+
+
 @dataclass
 class RLConfig:
     """Hyper-parameters every RL algorithm shares."""
 
-    name: str = key("", Lazy(_is_name, lambda: f"a registered RL algorithm, one of {sorted(ALGO_CONFIGS)}", "a2c"))
+    name: str = key("", NAME)
     group_size: int = key(8, POS_INT)               # G rollouts per task (verl-agent: 8)
     clip_low: float = key(0.2, number(0, 1, lo_open=True, hi_open=True))  # ratio clip below 1 - clip_low
     clip_high: float = key(0.2, POS)                # ratio clip above 1 + clip_high
@@ -70,7 +73,7 @@ class RLConfig:
 class GRPOConfig(RLConfig):
     """GRPO (verl-agent style): the group-normalised episode return on every step of the episode."""
 
-    name: str = key("grpo", RLConfig.__dataclass_fields__["name"].metadata["rule"])
+    name: str = key("grpo", NAME)
     adv_eps: float = key(1.0e-6, POS)               # added to the group std
     normalize_std: bool = key(False, BOOL)          # true: divide by the group std (verl-agent); false: subtract
     #                                                 the group mean only (Dr. GRPO: no amplification of tiny score
@@ -81,7 +84,7 @@ class GRPOConfig(RLConfig):
 class PPOConfig(RLConfig):
     """PPO: a value head on the prompt's last token, GAE over the steps of an episode, whitened advantages."""
 
-    name: str = key("ppo", RLConfig.__dataclass_fields__["name"].metadata["rule"])
+    name: str = key("ppo", NAME)
     group_size: int = key(1, POS_INT)               # no groups: one rollout per task
     gamma: float = key(1.0, PROB)                   # discount
     gae_lambda: float = key(0.95, PROB)             # GAE lambda

@@ -2,8 +2,8 @@
 rule vocabulary: `config_rules.py`).
 
 Every leaf key of `conf/config.yaml` and of the config groups (`conf/*/*.yaml`; the `algo` options are dataclasses
-whose fields carry their rules: `algo_config.py`) has a rule here, keyed by its dotted name (`*` matches one level: `collect.agents.*`); tests/test_config.py walks every file and fails on a
-key without one. A rule says which values it allows (the words of the error) and carries a value it rejects
+whose fields carry their rules: `algo_config.py`) has a rule here, keyed by its dotted name (`*` matches one level:
+`collect.agents.*`); tests/test_config.py walks every file and fails on a key without one. A rule says which values it allows (the words of the error) and carries a value it rejects
 (the test sets it and expects an error naming the key). A key a group does not define (e.g. `env.nb_rooms`
 outside TextWorld) is skipped. Checks across keys (a stage needing another's output, DeepSpeed on a GPU)
 stay in `config.validate`.
